@@ -1,0 +1,7 @@
+//! The cofold agent runtime.
+//!
+//! This crate holds the contracts every other cofold crate meets through: tools and their JSON
+//! Schema input, capabilities and the system prompt, messages and parts, model adapters, the
+//! permission policy with its six modes, the `Store` trait, and the run loop that drives a model
+//! through tool calls, pauses for approval, and survives cancel and restart. It does no network or
+//! disk I/O of its own: models and stores are traits implemented elsewhere.
