@@ -1,0 +1,1 @@
+//! capability: to be written.

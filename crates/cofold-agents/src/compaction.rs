@@ -1,0 +1,1 @@
+//! compaction: to be written.

@@ -1,0 +1,1 @@
+//! error: to be written.

@@ -1,0 +1,1 @@
+//! event: to be written.

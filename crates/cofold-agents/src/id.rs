@@ -1,0 +1,1 @@
+//! id: to be written.

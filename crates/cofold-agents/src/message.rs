@@ -1,0 +1,1 @@
+//! message: to be written.

@@ -1,0 +1,1 @@
+//! provider: to be written.

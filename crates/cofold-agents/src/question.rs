@@ -1,0 +1,1 @@
+//! question: to be written.

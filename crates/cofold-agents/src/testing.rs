@@ -1,0 +1,1 @@
+//! testing: to be written.

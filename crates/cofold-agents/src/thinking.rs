@@ -1,0 +1,1 @@
+//! thinking: to be written.

@@ -1,0 +1,1 @@
+//! tool: to be written.

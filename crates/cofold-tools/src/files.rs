@@ -1,0 +1,1 @@
+//! files: to be written.

@@ -1,0 +1,1 @@
+//! search: to be written.

@@ -1,0 +1,1 @@
+//! shell: to be written.

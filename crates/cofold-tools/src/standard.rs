@@ -1,0 +1,1 @@
+//! standard: to be written.

@@ -1,0 +1,1 @@
+//! walk: to be written.
