@@ -1,1 +1,495 @@
-//! event: to be written.
+//! Events a run emits, the outcome it ends with, and the commands a caller sends it.
+//!
+//! Every event is persisted before it is published (harness §3.9), so the stored list and the live
+//! stream are the same sequence. The JSON form of an event is its envelope fields followed by `type`
+//! and the body's own fields, flat.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ErrorInfo;
+use crate::id::Timestamp;
+use crate::message::{Message, Part};
+use crate::model::{FinishReason, Usage};
+use crate::question::Question;
+
+/// One event of a run: the envelope (sequence number, ids, time) and what happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// 1, 2, 3, … per run, contiguous.
+    pub seq: u64,
+    /// The run that emitted the event.
+    pub run_id: String,
+    /// The session the run belongs to.
+    pub session_id: String,
+    /// The agent driving the run.
+    pub agent_id: String,
+    /// When the event was emitted.
+    pub at: Timestamp,
+    /// What happened.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+impl Event {
+    /// The event's wire name, such as `run.started`.
+    pub fn type_name(&self) -> &'static str {
+        self.body.type_name()
+    }
+
+    /// The outcome carried by a `run.finished` event, if this is one.
+    pub fn finished_outcome(&self) -> Option<&RunOutcome> {
+        match &self.body {
+            EventBody::RunFinished { outcome } => Some(outcome),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a streamed fragment is answer text or reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// Answer text.
+    Text,
+    /// Reasoning ("thinking") text.
+    Reasoning,
+}
+
+/// How a person resolved an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalDecision {
+    /// The call may run.
+    Approve,
+    /// The call is refused.
+    Deny,
+}
+
+/// What a pending request waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestKind {
+    /// A person must approve or deny a tool call.
+    Approval,
+    /// A tool asked questions a person must answer.
+    Input,
+}
+
+/// The body of an event; the JSON tag is `type`. Exhaustive on purpose: consumers match every
+/// variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum EventBody {
+    /// The input message was written and the loop is starting.
+    #[serde(rename = "run.started")]
+    RunStarted {
+        /// The run's input message.
+        input: Message,
+    },
+    /// A steering message was appended before a model step.
+    #[serde(rename = "run.steered")]
+    RunSteered {
+        /// The appended steer.
+        message: Message,
+    },
+    /// A model step record was written; the model is about to be asked.
+    #[serde(rename = "model.started")]
+    ModelStarted {
+        /// The 1-based model step number.
+        step: u32,
+    },
+    /// A streamed fragment of text or reasoning.
+    #[serde(rename = "model.delta")]
+    ModelDelta {
+        /// The model step the fragment belongs to.
+        step: u32,
+        /// Text or reasoning.
+        kind: DeltaKind,
+        /// The fragment.
+        text: String,
+    },
+    /// The model answered and its message is in the transcript.
+    #[serde(rename = "model.completed")]
+    ModelCompleted {
+        /// The model step number.
+        step: u32,
+        /// The assistant message.
+        message: Message,
+        /// Tokens the step used.
+        usage: Usage,
+        /// Why the model stopped.
+        finish: FinishReason,
+    },
+    /// A call of a known tool was proposed by the model.
+    #[serde(rename = "tool.proposed")]
+    #[serde(rename_all = "camelCase")]
+    ToolProposed {
+        /// The model's call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The model's parsed arguments; absent when they were not JSON.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+        /// What the call acts on, from the tool's subject function.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<String>,
+    },
+    /// A call was refused without running.
+    #[serde(rename = "tool.denied")]
+    #[serde(rename_all = "camelCase")]
+    ToolDenied {
+        /// The model's call id.
+        call_id: String,
+        /// The tool name as the model wrote it.
+        name: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A tool began executing (its step record is written).
+    #[serde(rename = "tool.started")]
+    #[serde(rename_all = "camelCase")]
+    ToolStarted {
+        /// The model's call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The id of this execution.
+        invocation_id: String,
+    },
+    /// A tool finished; `content` is what the model reads.
+    #[serde(rename = "tool.completed")]
+    #[serde(rename_all = "camelCase")]
+    ToolCompleted {
+        /// The model's call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The id of this execution.
+        invocation_id: String,
+        /// The result content, bounded and possibly changed by a hook.
+        content: String,
+        /// Whether the result is an error.
+        is_error: bool,
+        /// Time from the start of the execution to its result.
+        duration_ms: u64,
+    },
+    /// A call waits for a person's approval.
+    #[serde(rename = "approval.requested")]
+    #[serde(rename_all = "camelCase")]
+    ApprovalRequested {
+        /// The pending request's id.
+        request_id: String,
+        /// The model's call id.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The validated input the tool would receive.
+        input: Value,
+        /// Extra words for the person, from a hook.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+    },
+    /// An approval request was answered.
+    #[serde(rename = "approval.resolved")]
+    #[serde(rename_all = "camelCase")]
+    ApprovalResolved {
+        /// The request answered.
+        request_id: String,
+        /// Approve or deny.
+        decision: ApprovalDecision,
+        /// The deny reason, when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// A tool asked questions and waits for answers.
+    #[serde(rename = "input.requested")]
+    #[serde(rename_all = "camelCase")]
+    InputRequested {
+        /// The pending request's id.
+        request_id: String,
+        /// The model's call id.
+        call_id: String,
+        /// The questions.
+        questions: Vec<Question>,
+    },
+    /// Answers to an input request were stored.
+    #[serde(rename = "input.resolved")]
+    #[serde(rename_all = "camelCase")]
+    InputResolved {
+        /// The request answered.
+        request_id: String,
+        /// Question id to answer (a string or a list of strings).
+        answers: Value,
+    },
+    /// A person declined to answer an input request.
+    #[serde(rename = "input.declined")]
+    #[serde(rename_all = "camelCase")]
+    InputDeclined {
+        /// The request declined.
+        request_id: String,
+        /// Why, when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The run waits at a pause.
+    #[serde(rename = "run.paused")]
+    #[serde(rename_all = "camelCase")]
+    RunPaused {
+        /// The open request.
+        request_id: String,
+        /// Approval or input.
+        kind: RequestKind,
+    },
+    /// The pause was resolved and the run goes on.
+    #[serde(rename = "run.resumed")]
+    #[serde(rename_all = "camelCase")]
+    RunResumed {
+        /// The request that was resolved.
+        request_id: String,
+    },
+    /// A summary message was appended.
+    #[serde(rename = "context.compacted")]
+    #[serde(rename_all = "camelCase")]
+    ContextCompacted {
+        /// The summary message's id.
+        message_id: String,
+        /// How many messages the summary covers now.
+        summarized: u32,
+        /// How many recent messages were kept verbatim.
+        kept: u32,
+        /// The history estimate before the summary.
+        estimated_tokens: u64,
+        /// The estimate of the context view after it.
+        after_tokens: u64,
+    },
+    /// The run ended, or paused (an `awaiting` outcome).
+    #[serde(rename = "run.finished")]
+    RunFinished {
+        /// How it ended.
+        outcome: RunOutcome,
+    },
+}
+
+impl EventBody {
+    /// The wire name of this body's `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventBody::RunStarted { .. } => "run.started",
+            EventBody::RunSteered { .. } => "run.steered",
+            EventBody::ModelStarted { .. } => "model.started",
+            EventBody::ModelDelta { .. } => "model.delta",
+            EventBody::ModelCompleted { .. } => "model.completed",
+            EventBody::ToolProposed { .. } => "tool.proposed",
+            EventBody::ToolDenied { .. } => "tool.denied",
+            EventBody::ToolStarted { .. } => "tool.started",
+            EventBody::ToolCompleted { .. } => "tool.completed",
+            EventBody::ApprovalRequested { .. } => "approval.requested",
+            EventBody::ApprovalResolved { .. } => "approval.resolved",
+            EventBody::InputRequested { .. } => "input.requested",
+            EventBody::InputResolved { .. } => "input.resolved",
+            EventBody::InputDeclined { .. } => "input.declined",
+            EventBody::RunPaused { .. } => "run.paused",
+            EventBody::RunResumed { .. } => "run.resumed",
+            EventBody::ContextCompacted { .. } => "context.compacted",
+            EventBody::RunFinished { .. } => "run.finished",
+        }
+    }
+}
+
+/// The state of a run, on its record and on its handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// The loop is working.
+    Running,
+    /// The model gave a final answer.
+    Completed,
+    /// The run waits at a pause for a person.
+    Awaiting,
+    /// A limit, a hook or a timeout ended the run.
+    Stopped,
+    /// A cancel ended the run.
+    Cancelled,
+    /// An error ended the run.
+    Failed,
+}
+
+impl RunStatus {
+    /// True for the statuses a run never leaves (`completed`, `stopped`, `cancelled`, `failed`).
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Running | RunStatus::Awaiting)
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `maxSteps` was reached.
+    MaxSteps,
+    /// `maxToolCalls` was reached.
+    MaxToolCalls,
+    /// `timeoutMs` ran out.
+    Timeout,
+    /// A model hook aborted.
+    Policy,
+    /// A tool hook stopped the run.
+    Hook,
+    /// `maxCost` was reached.
+    MaxCost,
+}
+
+/// Who or what refused a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenialBy {
+    /// Unknown tool, arguments not JSON, schema failure, invalid hook change.
+    Invalid,
+    /// A `before_tool` deny or stop.
+    Hook,
+    /// A policy `Deny`.
+    Policy,
+    /// A person's deny, a declined question, a cancel while waiting.
+    User,
+    /// The `maxToolCalls` limit.
+    Limit,
+}
+
+/// One refused tool call, kept in order on the run's tally.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Denial {
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool name.
+    pub name: String,
+    /// The proposed arguments (automatic refusals) or the request's input (a person's refusal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// The reason the model read.
+    pub reason: String,
+    /// Who refused.
+    pub by: DenialBy,
+}
+
+/// How a run ended (or paused), without its tally. JSON tag `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum OutcomeKind {
+    /// The model gave a final answer (for `compact`, the summary).
+    Completed {
+        /// The final assistant message.
+        message: Message,
+    },
+    /// The run waits for a person.
+    #[serde(rename_all = "camelCase")]
+    Awaiting {
+        /// The session.
+        session_id: String,
+        /// The run.
+        run_id: String,
+        /// The open request.
+        request_id: String,
+        /// Approval or input.
+        kind: RequestKind,
+    },
+    /// A limit, a hook or a timeout stopped the run.
+    Stopped {
+        /// Which.
+        reason: StopReason,
+    },
+    /// A cancel ended the run.
+    Cancelled {
+        /// The cancel's reason, when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// An error ended the run.
+    Failed {
+        /// What went wrong.
+        error: ErrorInfo,
+    },
+}
+
+/// The outcome of a run: how it ended plus its tally.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// How it ended.
+    #[serde(flatten)]
+    pub kind: OutcomeKind,
+    /// Tokens used by every model step, summaries included.
+    pub usage: Usage,
+    /// Model steps taken.
+    pub steps: u32,
+    /// Cost in USD; present only when the model has pricing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Refused calls in order; `[]` when none.
+    #[serde(default)]
+    pub denials: Vec<Denial>,
+}
+
+impl RunOutcome {
+    /// The run status this outcome stands for.
+    pub fn status(&self) -> RunStatus {
+        match self.kind {
+            OutcomeKind::Completed { .. } => RunStatus::Completed,
+            OutcomeKind::Awaiting { .. } => RunStatus::Awaiting,
+            OutcomeKind::Stopped { .. } => RunStatus::Stopped,
+            OutcomeKind::Cancelled { .. } => RunStatus::Cancelled,
+            OutcomeKind::Failed { .. } => RunStatus::Failed,
+        }
+    }
+}
+
+/// A command a caller sends to a run through its handle. JSON tag `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Command {
+    /// Stop the run.
+    Cancel {
+        /// Why, carried onto the `cancelled` outcome.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Add a user message before the next model step.
+    Steer {
+        /// The steer's text.
+        text: String,
+        /// Extra text and image parts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parts: Option<Vec<Part>>,
+    },
+    /// Let the paused call run.
+    #[serde(rename_all = "camelCase")]
+    Approve {
+        /// The open request.
+        request_id: String,
+        /// An edited input to run with instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+        /// Remember the approval for this tool in this session.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        always_approve: Option<bool>,
+    },
+    /// Refuse the paused call, or decline its questions.
+    #[serde(rename_all = "camelCase")]
+    Deny {
+        /// The open request.
+        request_id: String,
+        /// Why; the model reads it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Answer the paused call's questions.
+    #[serde(rename_all = "camelCase")]
+    Answer {
+        /// The open request.
+        request_id: String,
+        /// Question id to a string or a list of strings.
+        answers: Value,
+    },
+}
