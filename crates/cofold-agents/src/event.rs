@@ -13,6 +13,11 @@ use crate::message::{Message, Part};
 use crate::model::{FinishReason, Usage};
 use crate::question::Question;
 
+// One status type and one request kind for the whole crate: the store's records define them, and
+// the refusal record lives with the policy.
+pub use crate::policy::Denial;
+pub use crate::store::{RequestKind, RunStatus};
+
 /// One event of a run: the envelope (sequence number, ids, time) and what happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,16 +70,6 @@ pub enum ApprovalDecision {
     Approve,
     /// The call is refused.
     Deny,
-}
-
-/// What a pending request waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RequestKind {
-    /// A person must approve or deny a tool call.
-    Approval,
-    /// A tool asked questions a person must answer.
-    Input,
 }
 
 /// The body of an event; the JSON tag is `type`. Exhaustive on purpose: consumers match every
@@ -299,31 +294,6 @@ impl EventBody {
     }
 }
 
-/// The state of a run, on its record and on its handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    /// The loop is working.
-    Running,
-    /// The model gave a final answer.
-    Completed,
-    /// The run waits at a pause for a person.
-    Awaiting,
-    /// A limit, a hook or a timeout ended the run.
-    Stopped,
-    /// A cancel ended the run.
-    Cancelled,
-    /// An error ended the run.
-    Failed,
-}
-
-impl RunStatus {
-    /// True for the statuses a run never leaves (`completed`, `stopped`, `cancelled`, `failed`).
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Running | RunStatus::Awaiting)
-    }
-}
-
 /// Why a run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -340,39 +310,6 @@ pub enum StopReason {
     Hook,
     /// `maxCost` was reached.
     MaxCost,
-}
-
-/// Who or what refused a tool call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DenialBy {
-    /// Unknown tool, arguments not JSON, schema failure, invalid hook change.
-    Invalid,
-    /// A `before_tool` deny or stop.
-    Hook,
-    /// A policy `Deny`.
-    Policy,
-    /// A person's deny, a declined question, a cancel while waiting.
-    User,
-    /// The `maxToolCalls` limit.
-    Limit,
-}
-
-/// One refused tool call, kept in order on the run's tally.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Denial {
-    /// The model's call id.
-    pub call_id: String,
-    /// The tool name.
-    pub name: String,
-    /// The proposed arguments (automatic refusals) or the request's input (a person's refusal).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Value>,
-    /// The reason the model read.
-    pub reason: String,
-    /// Who refused.
-    pub by: DenialBy,
 }
 
 /// How a run ended (or paused), without its tally. JSON tag `status`.
