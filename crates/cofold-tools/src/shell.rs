@@ -1,1 +1,0 @@
-//! shell: to be written.

@@ -1,0 +1,441 @@
+//! The process runner behind `shell_exec`: one command, its own process group, capped output.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+/// The marker appended to a stream that was cut.
+pub const TRUNCATED_MARKER: &str = "\n[output truncated]";
+
+/// How long the runner keeps waiting for the pipes after it killed the process tree. A
+/// descendant that escaped the group may hold them open for ever; we return what we have.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// Read size for the output pipes.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A shell program and the arguments that go before the command text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellSpec {
+    /// The program to start, e.g. `sh` or `powershell.exe`.
+    pub command: String,
+    /// Arguments placed before the command text, e.g. `["-c"]`.
+    pub args: Vec<String>,
+}
+
+impl ShellSpec {
+    /// `sh -c` on Unix; `powershell.exe -NoProfile -NonInteractive -Command` on Windows.
+    pub fn platform_default() -> Self {
+        if cfg!(windows) {
+            Self {
+                command: "powershell.exe".to_owned(),
+                args: vec![
+                    "-NoProfile".to_owned(),
+                    "-NonInteractive".to_owned(),
+                    "-Command".to_owned(),
+                ],
+            }
+        } else {
+            Self {
+                command: "sh".to_owned(),
+                args: vec!["-c".to_owned()],
+            }
+        }
+    }
+
+    /// The shell's short name: the last path component without a trailing `.exe` (any case).
+    pub fn name(&self) -> String {
+        let last = self
+            .command
+            .rsplit(['/', '\\'])
+            .next()
+            .unwrap_or(self.command.as_str());
+        match last.len().checked_sub(4) {
+            Some(cut) if last.is_char_boundary(cut) && last[cut..].eq_ignore_ascii_case(".exe") => {
+                last[..cut].to_owned()
+            }
+            _ => last.to_owned(),
+        }
+    }
+}
+
+impl Default for ShellSpec {
+    fn default() -> Self {
+        Self::platform_default()
+    }
+}
+
+/// Everything `exec_shell` needs for one run.
+#[derive(Debug, Clone)]
+pub struct ShellExecArgs {
+    /// The shell to run the command through.
+    pub shell: ShellSpec,
+    /// The command text, passed to the shell as one argument.
+    pub command: String,
+    /// The working folder.
+    pub cwd: PathBuf,
+    /// Time limit; when it passes the process tree is killed.
+    pub timeout: Duration,
+    /// Characters kept per stream before the rest is discarded.
+    pub max_output_chars: usize,
+    /// Cancels the run (and kills the process tree) when it fires.
+    pub cancel: Option<CancellationToken>,
+}
+
+/// What one run produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShellResult {
+    /// Standard output, cut at the character cap (with the marker) when `truncated`.
+    pub stdout: String,
+    /// Standard error, cut the same way.
+    pub stderr: String,
+    /// The exit code; `None` when timed out, aborted or ended by a signal.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the shell, when one did and the runner did not send it.
+    pub signal: Option<i32>,
+    /// The time limit passed and the tree was killed.
+    pub timed_out: bool,
+    /// The run was cancelled (before the start, or while running) and the tree was killed.
+    pub aborted: bool,
+    /// At least one stream was cut.
+    pub truncated: bool,
+}
+
+/// Runs one command through the shell in its own process group, with a time limit,
+/// cancellation and per-stream character caps.
+///
+/// Returns `Err` only when the shell cannot be started. On timeout or cancellation the whole
+/// process group is killed (grandchildren too), and the output gathered so far is kept. Dropping
+/// the returned future while the command runs kills the group as well.
+pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
+    let cancel = args.cancel.unwrap_or_default();
+    if cancel.is_cancelled() {
+        return Ok(ShellResult {
+            aborted: true,
+            ..ShellResult::default()
+        });
+    }
+
+    let mut command = Command::new(&args.shell.command);
+    command
+        .args(&args.shell.args)
+        .arg(&args.command)
+        .current_dir(&args.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    #[cfg(windows)]
+    command.creation_flags(0x0800_0000); // CREATE_NO_WINDOW
+
+    let mut child = command.spawn()?;
+    let mut guard = TreeGuard::new(child.id());
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+
+    let mut out = CappedText::new(args.max_output_chars);
+    let mut err = CappedText::new(args.max_output_chars);
+    let mut status: Option<ExitStatus> = None;
+    let mut timed_out = false;
+    let mut aborted = false;
+    {
+        let out_reader = drain(stdout, &mut out);
+        let err_reader = drain(stderr, &mut err);
+        tokio::pin!(out_reader, err_reader);
+        let (mut out_done, mut err_done) = (false, false);
+        let deadline = tokio::time::sleep(args.timeout);
+        tokio::pin!(deadline);
+
+        // Phase one: wait for the child and both pipes, the deadline or the cancel.
+        while status.is_none() || !out_done || !err_done {
+            tokio::select! {
+                waited = child.wait(), if status.is_none() => {
+                    let waited = waited?;
+                    // Reaped: from here on the pid may be reused, so never signal it alone.
+                    guard.child_reaped();
+                    status = Some(waited);
+                }
+                () = &mut out_reader, if !out_done => out_done = true,
+                () = &mut err_reader, if !err_done => err_done = true,
+                () = &mut deadline => { timed_out = true; break; }
+                () = cancel.cancelled() => { aborted = true; break; }
+            }
+        }
+
+        if timed_out || aborted {
+            guard.kill_tree();
+            // Phase two: a bounded drain, so output written before the kill is kept.
+            let settle = async {
+                while status.is_none() || !out_done || !err_done {
+                    tokio::select! {
+                        waited = child.wait(), if status.is_none() => {
+                            guard.child_reaped();
+                            status = Some(waited.unwrap_or_default());
+                        }
+                        () = &mut out_reader, if !out_done => out_done = true,
+                        () = &mut err_reader, if !err_done => err_done = true,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, settle).await;
+        }
+    }
+    // The run is over one way or another; a normal exit leaves the group alone.
+    guard.disarm();
+
+    let (exit_code, signal) = if timed_out || aborted {
+        (None, None)
+    } else {
+        status.map(exit_parts).unwrap_or((None, None))
+    };
+    let truncated = out.truncated || err.truncated;
+    Ok(ShellResult {
+        stdout: out.finish(),
+        stderr: err.finish(),
+        exit_code,
+        signal,
+        timed_out,
+        aborted,
+        truncated,
+    })
+}
+
+fn exit_parts(status: ExitStatus) -> (Option<i32>, Option<i32>) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return (None, Some(signal));
+        }
+    }
+    (status.code(), None)
+}
+
+/// Reads a pipe to its end into `sink`. Read errors end the stream quietly: the process's
+/// output is best effort, its exit status is what counts.
+async fn drain<R: AsyncRead + Unpin>(pipe: Option<R>, sink: &mut CappedText) {
+    let Some(mut pipe) = pipe else { return };
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => sink.push(&buf[..n]),
+        }
+    }
+}
+
+/// Text gathered from one stream: decoded incrementally as UTF-8 and cut after `cap` chars.
+#[derive(Debug)]
+pub(crate) struct CappedText {
+    cap: usize,
+    text: String,
+    chars: usize,
+    /// The start of a character split across reads.
+    pending: Vec<u8>,
+    truncated: bool,
+}
+
+impl CappedText {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            text: String::new(),
+            chars: 0,
+            pending: Vec::new(),
+            truncated: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        if self.truncated {
+            return; // read and discarded, so the child never blocks on a full pipe
+        }
+        let mut joined;
+        let mut input = bytes;
+        if !self.pending.is_empty() {
+            joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(bytes);
+            input = &joined[..];
+            self.decode(input);
+        } else {
+            self.decode(input);
+        }
+    }
+
+    fn decode(&mut self, mut input: &[u8]) {
+        while !input.is_empty() && !self.truncated {
+            match std::str::from_utf8(input) {
+                Ok(valid) => {
+                    self.add(valid);
+                    input = &[];
+                }
+                Err(error) => {
+                    let (valid, rest) = input.split_at(error.valid_up_to());
+                    // `valid_up_to` marks a UTF-8 boundary, so this cannot fail.
+                    self.add(std::str::from_utf8(valid).unwrap_or_default());
+                    match error.error_len() {
+                        Some(bad) => {
+                            self.add("\u{FFFD}");
+                            input = &rest[bad..];
+                        }
+                        None => {
+                            // An incomplete character at the end: wait for the next read.
+                            self.pending = rest.to_vec();
+                            input = &[];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, s: &str) {
+        let room = self.cap - self.chars;
+        let mut count = 0;
+        for (index, _) in s.char_indices() {
+            if count == room {
+                self.text.push_str(&s[..index]);
+                self.chars += count;
+                self.truncated = true;
+                self.pending.clear();
+                return;
+            }
+            count += 1;
+        }
+        self.text.push_str(s);
+        self.chars += count;
+    }
+
+    pub(crate) fn finish(mut self) -> String {
+        if !self.truncated && !self.pending.is_empty() {
+            // The stream ended inside a character.
+            self.pending.clear();
+            self.add("\u{FFFD}");
+        }
+        if self.truncated {
+            self.text.push_str(TRUNCATED_MARKER);
+        }
+        self.text
+    }
+}
+
+/// Kills the command's process tree when the run times out, is cancelled, or is dropped
+/// before the command finished.
+struct TreeGuard {
+    pid: Option<u32>,
+    child_alive: bool,
+    armed: bool,
+}
+
+impl TreeGuard {
+    fn new(pid: Option<u32>) -> Self {
+        Self {
+            pid,
+            child_alive: true,
+            armed: true,
+        }
+    }
+
+    fn child_reaped(&mut self) {
+        self.child_alive = false;
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn kill_tree(&mut self) {
+        let Some(pid) = self.pid else { return };
+        kill_tree(pid, self.child_alive);
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.kill_tree();
+        }
+    }
+}
+
+/// Sends SIGKILL to the whole group led by `pid`; falls back to the child alone, but only
+/// while it has not been reaped (a reaped pid may already belong to someone else).
+#[cfg(unix)]
+fn kill_tree(pid: u32, child_alive: bool) {
+    use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    if kill_process_group(pid, Signal::KILL).is_err() && child_alive {
+        let _ = kill_process(pid, Signal::KILL);
+    }
+}
+
+/// `taskkill /T /F` ends the tree; the child alone is the fallback.
+#[cfg(windows)]
+fn kill_tree(pid: u32, child_alive: bool) {
+    let ended = std::process::Command::new("taskkill")
+        .args(["/pid", &pid.to_string(), "/T", "/F"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false);
+    if !ended && child_alive {
+        let _ = std::process::Command::new("taskkill")
+            .args(["/pid", &pid.to_string(), "/F"])
+            .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_strip_folders_and_exe() {
+        let spec = |command: &str| ShellSpec {
+            command: command.to_owned(),
+            args: vec![],
+        };
+        assert_eq!(spec("sh").name(), "sh");
+        assert_eq!(spec("/bin/bash").name(), "bash");
+        assert_eq!(spec("C:\\Windows\\PowerShell.EXE").name(), "PowerShell");
+        assert_eq!(spec("pwsh").name(), "pwsh");
+    }
+
+    #[test]
+    fn a_character_split_across_reads_survives() {
+        let mut text = CappedText::new(10);
+        let bytes = "aé😀".as_bytes();
+        for byte in bytes {
+            text.push(std::slice::from_ref(byte));
+        }
+        assert_eq!(text.finish(), "aé😀");
+    }
+
+    #[test]
+    fn invalid_bytes_become_replacement_characters() {
+        let mut text = CappedText::new(10);
+        text.push(b"a\xffb");
+        text.push(b"\xe2\x82"); // an incomplete character at the very end
+        assert_eq!(text.finish(), "a\u{FFFD}b\u{FFFD}");
+    }
+
+    #[test]
+    fn the_cap_counts_characters_and_adds_the_marker() {
+        let mut text = CappedText::new(3);
+        text.push("ééé".as_bytes());
+        assert!(!text.truncated);
+        text.push("é".as_bytes());
+        assert!(text.truncated);
+        assert_eq!(text.finish(), "ééé\n[output truncated]");
+    }
+}

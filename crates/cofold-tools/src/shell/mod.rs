@@ -1,0 +1,269 @@
+//! The shell capability: `shell_exec`, one command through the platform shell in the run's
+//! workspace (tools.md §3.7), and `exec_shell`, the runner on its own.
+
+mod exec;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::tool::{Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use exec::{ShellExecArgs, ShellResult, ShellSpec, TRUNCATED_MARKER, exec_shell};
+
+use crate::paths::{absolute_of, display_path, normalize, resolve_within};
+
+/// Prints a millisecond count as seconds, the shortest decimal with no trailing zeros:
+/// 300 → `0.3`, 1500 → `1.5`, 120000 → `120`.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{}", ms as f64 / 1000.0)
+}
+
+/// Options of the shell capability. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct ShellOptions {
+    /// Time limit of a call that gives no `timeoutMs` (default 120 000 ms).
+    pub timeout_ms: u64,
+    /// Upper bound for any call (default 600 000 ms).
+    pub max_timeout_ms: u64,
+    /// Characters kept per stream (default 65 536).
+    pub max_output_chars: usize,
+    /// The shell; `None` is [`ShellSpec::platform_default`].
+    pub shell: Option<ShellSpec>,
+}
+
+impl Default for ShellOptions {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 120_000,
+            max_timeout_ms: 600_000,
+            max_output_chars: 65_536,
+            shell: None,
+        }
+    }
+}
+
+/// The shell capability (id `shell`), built by [`shell`].
+#[derive(Debug, Clone)]
+pub struct ShellCapability {
+    options: Arc<ShellOptions>,
+    spec: Arc<ShellSpec>,
+}
+
+/// Builds the shell capability: `shell_exec` and its instructions section.
+pub fn shell(options: ShellOptions) -> ShellCapability {
+    let spec = options.shell.clone().unwrap_or_default();
+    ShellCapability {
+        options: Arc::new(options),
+        spec: Arc::new(spec),
+    }
+}
+
+/// The workspace a run works against: the session's, or the current directory without one.
+fn workspace_of(args: &CapabilityArgs) -> PathBuf {
+    let given = args.workspace.as_deref().unwrap_or(".");
+    normalize(&absolute_of(Path::new(given)))
+}
+
+#[async_trait]
+impl Capability for ShellCapability {
+    fn id(&self) -> &str {
+        "shell"
+    }
+
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+        let run = Arc::new(Run {
+            workspace: workspace_of(args),
+            options: Arc::clone(&self.options),
+            spec: Arc::clone(&self.spec),
+        });
+        Tool::new(shell_exec_def(run))
+            .map(|tool| vec![tool])
+            .map_err(|e| e.to_string())
+    }
+
+    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+        let name = self.spec.name();
+        Ok(Some(format!(
+            "shell_exec runs each command through {name} and returns when it ends. It is not a \
+             terminal session: a cd or a variable does not survive to the next call, so steps \
+             that depend on each other go into one command.\n\
+             Interactive or never-ending commands run until the timeout, so pass flags that make \
+             them finish, and do not start servers or watchers."
+        )))
+    }
+}
+
+/// What one run's shell_exec captured.
+struct Run {
+    workspace: PathBuf,
+    options: Arc<ShellOptions>,
+    spec: Arc<ShellSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ShellInput {
+    command: String,
+    cwd: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// Why shell_exec refused.
+#[derive(Debug, thiserror::Error)]
+enum ShellRefusal {
+    #[error("no folder at {0}")]
+    NoFolder(String),
+    #[error("cannot start {command}: {error}")]
+    CannotStart {
+        command: String,
+        error: std::io::Error,
+    },
+    #[error("{0}")]
+    BadInput(String),
+}
+
+fn shell_exec_def(run: Arc<Run>) -> ToolDef {
+    let options = &run.options;
+    let name = run.spec.name();
+    let description = format!(
+        "Run one {name} command in the workspace; you get its exit code, stdout and stderr. It is \
+         stopped after {} s unless timeoutMs says otherwise, {} s at most. Each call starts fresh: \
+         nothing carries over from the previous one.",
+        seconds(options.timeout_ms.min(options.max_timeout_ms)),
+        seconds(options.max_timeout_ms),
+    );
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "description": format!("{name} syntax")},
+            "cwd": {"type": "string", "description": "Working folder, absolute or relative to the workspace; default the workspace"},
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": options.max_timeout_ms, "description": "Time limit for this command, in milliseconds"},
+        },
+        "required": ["command"],
+        "additionalProperties": false,
+    });
+    let handler_run = Arc::clone(&run);
+    ToolDef::new(
+        "shell_exec",
+        description,
+        input,
+        handler_fn(move |input: Value, ctx: ToolContext| {
+            let run = Arc::clone(&handler_run);
+            async move { run.execute(input, ctx).await.map(ToolOutput::from) }
+        }),
+    )
+    .effects(ToolEffects {
+        writes: true,
+        destructive: true,
+        ..ToolEffects::default()
+    })
+    .subject(|input: &Value| {
+        input
+            .get("command")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
+}
+
+impl Run {
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<String, ToolError> {
+        let input: ShellInput = serde_json::from_value(input)
+            .map_err(|e| ToolError::failed(ShellRefusal::BadInput(format!("bad input: {e}"))))?;
+        let options = &self.options;
+        let timeout_ms = input
+            .timeout_ms
+            .unwrap_or(options.timeout_ms)
+            .min(options.max_timeout_ms);
+        let cwd = resolve_within(&self.workspace, Path::new(input.cwd.as_deref().unwrap_or(".")))
+            .absolute;
+        let is_folder = tokio::fs::metadata(&cwd)
+            .await
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        if !is_folder {
+            return Err(ToolError::failed(ShellRefusal::NoFolder(display_path(
+                &self.workspace,
+                &cwd,
+            ))));
+        }
+        let result = exec_shell(ShellExecArgs {
+            shell: (*self.spec).clone(),
+            command: input.command,
+            cwd,
+            timeout: Duration::from_millis(timeout_ms),
+            max_output_chars: options.max_output_chars,
+            cancel: Some(ctx.signal.token().clone()),
+        })
+        .await
+        .map_err(|error| {
+            ToolError::failed(ShellRefusal::CannotStart {
+                command: self.spec.command.clone(),
+                error,
+            })
+        })?;
+        Ok(render(&result, timeout_ms))
+    }
+}
+
+/// The text the model reads: the first line says how it ended, then stdout, then stderr under
+/// `--- stderr ---`.
+pub(crate) fn render(result: &ShellResult, timeout_ms: u64) -> String {
+    let head = if result.aborted {
+        "killed: the run was cancelled".to_owned()
+    } else if result.timed_out {
+        format!("killed: timed out after {} s", seconds(timeout_ms))
+    } else if let Some(signal) = result.signal {
+        format!("killed: signal {signal}")
+    } else {
+        format!("exit {}", result.exit_code.unwrap_or(-1))
+    };
+    let mut parts = vec![head];
+    let stdout = result.stdout.trim_end();
+    if !stdout.is_empty() {
+        parts.push(stdout.to_owned());
+    }
+    let stderr = result.stderr.trim_end();
+    if !stderr.is_empty() {
+        parts.push(format!("--- stderr ---\n{stderr}"));
+    }
+    parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_print_without_trailing_zeros() {
+        assert_eq!(seconds(300), "0.3");
+        assert_eq!(seconds(1500), "1.5");
+        assert_eq!(seconds(50), "0.05");
+        assert_eq!(seconds(20_000), "20");
+        assert_eq!(seconds(120_000), "120");
+    }
+
+    #[test]
+    fn the_first_line_that_applies_wins() {
+        let mut result = ShellResult {
+            stdout: "out\n".into(),
+            stderr: "err  \n".into(),
+            exit_code: Some(3),
+            ..ShellResult::default()
+        };
+        assert_eq!(render(&result, 1000), "exit 3\nout\n--- stderr ---\nerr");
+        result.timed_out = true;
+        assert_eq!(
+            render(&result, 300),
+            "killed: timed out after 0.3 s\nout\n--- stderr ---\nerr"
+        );
+        result.aborted = true;
+        result.stdout.clear();
+        result.stderr.clear();
+        assert_eq!(render(&result, 300), "killed: the run was cancelled");
+    }
+}

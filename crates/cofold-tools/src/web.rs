@@ -1,1 +1,0 @@
-//! web: to be written.
