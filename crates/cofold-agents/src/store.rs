@@ -1,1 +1,0 @@
-//! store: to be written.
