@@ -1,1 +1,447 @@
-//! files: to be written.
+//! The files capability: `read_file`, `write_file`, `edit_file`, `list_files` and
+//! `search_files` against the run's workspace (tools.md §3.1–3.6).
+//!
+//! Reads go anywhere. Writes go through the checked open, so the file written is the file that
+//! was checked, and an existing file is changed only after the session has read it as it is now.
+
+mod list;
+mod open;
+mod read;
+mod record;
+mod search;
+mod write;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+pub use record::ReadRecord;
+
+/// The shape of the `before_open` test seam: called with the real path about to be opened.
+#[doc(hidden)]
+pub type BeforeOpen = dyn Fn(&Path) + Send + Sync;
+
+use crate::paths::{absolute_of, display_path, normalize};
+
+/// Options of the files capability. `Default` gives the documented defaults.
+#[derive(Clone)]
+pub struct FilesOptions {
+    /// Lines read_file returns per call when the call gives no `limit` (default 2000).
+    pub max_lines: usize,
+    /// Rows search_files returns when the call gives no `limit` (default 200).
+    pub max_matches: usize,
+    /// Refuse write_file and edit_file on an existing file the session has not read as it is now
+    /// (default on). Reads are recorded either way.
+    pub require_read: bool,
+    /// The read-before-write record; `None` uses the process-wide [`ReadRecord::global`].
+    pub read_record: Option<Arc<ReadRecord>>,
+    /// Test seam: called with the real path after the write checks and right before the first
+    /// open of the file or its parent folder.
+    #[doc(hidden)]
+    pub before_open: Option<Arc<BeforeOpen>>,
+}
+
+impl Default for FilesOptions {
+    fn default() -> FilesOptions {
+        FilesOptions {
+            max_lines: 2000,
+            max_matches: 200,
+            require_read: true,
+            read_record: None,
+            before_open: None,
+        }
+    }
+}
+
+impl fmt::Debug for FilesOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FilesOptions")
+            .field("max_lines", &self.max_lines)
+            .field("max_matches", &self.max_matches)
+            .field("require_read", &self.require_read)
+            .field("read_record", &self.read_record.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The files capability (id `files`), built by [`files`].
+#[derive(Debug, Clone)]
+pub struct FilesCapability {
+    options: Arc<FilesOptions>,
+    record: Arc<ReadRecord>,
+}
+
+/// Builds the files capability: its five tools and its instructions section.
+pub fn files(options: FilesOptions) -> FilesCapability {
+    let record = options
+        .read_record
+        .clone()
+        .unwrap_or_else(ReadRecord::global);
+    FilesCapability {
+        options: Arc::new(options),
+        record,
+    }
+}
+
+/// The workspace a run works against: the session's, or the current directory without one.
+fn workspace_of(args: &CapabilityArgs) -> PathBuf {
+    let given = args.workspace.as_deref().unwrap_or(".");
+    normalize(&absolute_of(Path::new(given)))
+}
+
+#[async_trait]
+impl Capability for FilesCapability {
+    fn id(&self) -> &str {
+        "files"
+    }
+
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+        let run = Arc::new(Run {
+            workspace: workspace_of(args),
+            session: args.session_id.clone(),
+            options: Arc::clone(&self.options),
+            record: Arc::clone(&self.record),
+        });
+        let defs = [
+            read_file_def(&run),
+            write_file_def(&run),
+            edit_file_def(&run),
+            list_files_def(&run),
+            search_files_def(&run),
+        ];
+        defs.into_iter()
+            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    async fn instructions(&self, args: &CapabilityArgs) -> Result<Option<String>, String> {
+        let workspace = workspace_of(args);
+        Ok(Some(format!(
+            "The workspace is {}; relative paths resolve against it. You may read files anywhere, \
+             but a write outside the workspace asks first.\n\
+             Find code with search_files and see what exists with list_files, then read_file only \
+             the files that matter instead of reading whole trees.\n\
+             Read an existing file before changing it, and change it with edit_file and an exact, \
+             unique old text; write_file is for new files and whole replacements.",
+            workspace.display()
+        )))
+    }
+}
+
+/// What one run's tools share: the captured workspace and session, the options and the record.
+pub(crate) struct Run {
+    pub(crate) workspace: PathBuf,
+    pub(crate) session: String,
+    pub(crate) options: Arc<FilesOptions>,
+    pub(crate) record: Arc<ReadRecord>,
+}
+
+impl Run {
+    /// The lexical absolute path of a tool's `path` (S1), as `writes` declares it.
+    fn absolute(&self, path: &str) -> PathBuf {
+        normalize(&self.workspace.join(path))
+    }
+
+    /// The subject of a path tool: the shown form of its lexical path (S4).
+    fn shown(&self, path: &str) -> String {
+        display_path(&self.workspace, &self.absolute(path))
+    }
+}
+
+/// A refusal: one sentence for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Refusal(pub(crate) String);
+
+impl Refusal {
+    /// An operating-system error this crate does not name, shown as `<shown>: <error>`.
+    pub(crate) fn io(shown: &str, error: &std::io::Error) -> Refusal {
+        Refusal(format!("{shown}: {error}"))
+    }
+}
+
+fn parse<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input)
+        .map_err(|e| ToolError::failed(format!("the input does not fit the tool: {e}")))
+}
+
+/// Runs synchronous file work on the blocking pool and turns a refusal into a tool error.
+async fn blocking(
+    work: impl FnOnce() -> Result<String, Refusal> + Send + 'static,
+) -> Result<ToolOutput, ToolError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(text)) => Ok(ToolOutput::from(text)),
+        Ok(Err(refusal)) => Err(ToolError::failed(refusal)),
+        Err(error) => Err(ToolError::failed(format!("the tool stopped: {error}"))),
+    }
+}
+
+fn path_of(input: &Value) -> &str {
+    input.get("path").and_then(Value::as_str).unwrap_or(".")
+}
+
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+#[derive(Deserialize)]
+struct ReadInput {
+    path: String,
+    offset: Option<u64>,
+    limit: Option<u64>,
+}
+
+fn read_file_def(run: &Arc<Run>) -> ToolDef {
+    let max_lines = run.options.max_lines;
+    let input = schema(
+        json!({
+            "path": {"type": "string", "description": "File to read, absolute or relative to the workspace"},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based; default 1"},
+            "limit": {"type": "integer", "minimum": 1, "description": format!("Number of lines; default {max_lines}")},
+        }),
+        &["path"],
+    );
+    let description = format!(
+        "Read a text file. It comes back as numbered lines, {max_lines} at a time starting at \
+         offset, with a note saying how many lines are left. Binary files are refused, and lines \
+         longer than 2000 characters are cut."
+    );
+    let exec = Arc::clone(run);
+    let subject = Arc::clone(run);
+    ToolDef::new(
+        "read_file",
+        description,
+        input,
+        handler_fn(move |input, _ctx| {
+            let run = Arc::clone(&exec);
+            async move {
+                let input: ReadInput = parse(input)?;
+                blocking(move || read::read_file(&run, &input.path, input.offset, input.limit))
+                    .await
+            }
+        }),
+    )
+    .effects(ToolEffects {
+        reads: true,
+        ..ToolEffects::default()
+    })
+    .subject(move |input| Some(subject.shown(path_of(input))))
+}
+
+#[derive(Deserialize)]
+struct WriteInput {
+    path: String,
+    content: String,
+}
+
+fn writing_effects() -> ToolEffects {
+    ToolEffects {
+        writes: true,
+        destructive: true,
+        ..ToolEffects::default()
+    }
+}
+
+fn write_file_def(run: &Arc<Run>) -> ToolDef {
+    let input = schema(
+        json!({
+            "path": {"type": "string", "description": "File to write, absolute or relative to the workspace"},
+            "content": {"type": "string", "description": "The whole new content"},
+        }),
+        &["path", "content"],
+    );
+    let description = "Write a whole file: create it (and its missing folders) or replace it \
+                       entirely. To change part of a file, use edit_file.";
+    let exec = Arc::clone(run);
+    ToolDef::new(
+        "write_file",
+        description,
+        input,
+        handler_fn(move |input, _ctx| {
+            let run = Arc::clone(&exec);
+            async move {
+                let input: WriteInput = parse(input)?;
+                blocking(move || write::write_file(&run, &input.path, &input.content)).await
+            }
+        }),
+    )
+    .effects(writing_effects())
+    .subject({
+        let run = Arc::clone(run);
+        move |input| Some(run.shown(path_of(input)))
+    })
+    .writes({
+        let run = Arc::clone(run);
+        move |input| Some(run.absolute(path_of(input)))
+    })
+}
+
+#[derive(Deserialize)]
+struct EditInput {
+    path: String,
+    old: String,
+    new: String,
+    #[serde(default)]
+    all: bool,
+}
+
+fn edit_file_def(run: &Arc<Run>) -> ToolDef {
+    let input = schema(
+        json!({
+            "path": {"type": "string", "description": "File to change"},
+            "old": {"type": "string", "minLength": 1, "description": "Exact text to replace, whitespace included"},
+            "new": {"type": "string", "description": "Replacement text"},
+            "all": {"type": "boolean", "description": "Replace every occurrence; default false"},
+        }),
+        &["path", "old", "new"],
+    );
+    let description = "Replace an exact piece of text in a file. old must occur exactly once \
+                       (add neighbouring lines to make it unique) unless all is true. Read the \
+                       file with read_file first.";
+    let exec = Arc::clone(run);
+    ToolDef::new(
+        "edit_file",
+        description,
+        input,
+        handler_fn(move |input, _ctx| {
+            let run = Arc::clone(&exec);
+            async move {
+                let input: EditInput = parse(input)?;
+                blocking(move || {
+                    write::edit_file(&run, &input.path, &input.old, &input.new, input.all)
+                })
+                .await
+            }
+        }),
+    )
+    .effects(writing_effects())
+    .subject({
+        let run = Arc::clone(run);
+        move |input| Some(run.shown(path_of(input)))
+    })
+    .writes({
+        let run = Arc::clone(run);
+        move |input| Some(run.absolute(path_of(input)))
+    })
+}
+
+fn pattern_of(input: &Value) -> Option<String> {
+    input
+        .get("pattern")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+#[derive(Deserialize)]
+struct ListInput {
+    pattern: String,
+    cwd: Option<String>,
+}
+
+fn list_files_def(run: &Arc<Run>) -> ToolDef {
+    let input = schema(
+        json!({
+            "pattern": {"type": "string", "description": "A glob; ** crosses folders"},
+            "cwd": {"type": "string", "description": "Folder the pattern is relative to; default the workspace"},
+        }),
+        &["pattern"],
+    );
+    let description = format!(
+        "List the files and folders matching a glob, such as src/**/*.ts or *.md. Folders end \
+         with /. node_modules and .git are skipped unless the pattern names them. At most {} \
+         entries come back.",
+        list::MAX_ENTRIES
+    );
+    let exec = Arc::clone(run);
+    ToolDef::new(
+        "list_files",
+        description,
+        input,
+        handler_fn(move |input, ctx| {
+            let run = Arc::clone(&exec);
+            async move {
+                let input: ListInput = parse(input)?;
+                let cancel = ctx.signal.token().clone();
+                blocking(move || {
+                    list::list_files(&run, &input.pattern, input.cwd.as_deref(), &cancel)
+                })
+                .await
+            }
+        }),
+    )
+    .effects(ToolEffects {
+        reads: true,
+        ..ToolEffects::default()
+    })
+    .subject(pattern_of)
+}
+
+#[derive(Deserialize)]
+struct SearchInput {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+    #[serde(rename = "ignoreCase", default)]
+    ignore_case: bool,
+    limit: Option<u64>,
+}
+
+fn search_files_def(run: &Arc<Run>) -> ToolDef {
+    let max_matches = run.options.max_matches;
+    let input = schema(
+        json!({
+            "pattern": {"type": "string", "description": "A regular expression in Rust regex syntax (no look-around, no back-references)"},
+            "path": {"type": "string", "description": "File or folder to search; default the workspace"},
+            "glob": {"type": "string", "description": "Only files matching this glob under path, such as **/*.ts"},
+            "ignoreCase": {"type": "boolean", "description": "Match without regard to case; default false"},
+            "limit": {"type": "integer", "minimum": 1, "description": format!("Rows to return; default {max_matches}")},
+        }),
+        &["pattern"],
+    );
+    let description = format!(
+        "Search file contents line by line with a regular expression. Rows are file:line:text, \
+         at most {max_matches}. Binary files, files over 2 MiB, node_modules and .git are \
+         skipped."
+    );
+    let exec = Arc::clone(run);
+    ToolDef::new(
+        "search_files",
+        description,
+        input,
+        handler_fn(move |input, ctx| {
+            let run = Arc::clone(&exec);
+            async move {
+                let input: SearchInput = parse(input)?;
+                let cancel = ctx.signal.token().clone();
+                blocking(move || {
+                    let query = search::SearchInput {
+                        pattern: &input.pattern,
+                        path: input.path.as_deref(),
+                        glob: input.glob.as_deref(),
+                        ignore_case: input.ignore_case,
+                        limit: input.limit,
+                    };
+                    search::search_files(&run, &query, &cancel)
+                })
+                .await
+            }
+        }),
+    )
+    .effects(ToolEffects {
+        reads: true,
+        ..ToolEffects::default()
+    })
+    .subject(pattern_of)
+}

@@ -1,0 +1,71 @@
+//! list_files (§3.5): the matching entries under a folder, in path order, 1000 at most.
+
+use std::fs::FileType;
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Refusal, Run};
+use crate::paths::{display_path, resolve_within};
+use crate::walk::{Glob, Visit, walk};
+
+/// Entries returned at most; the trailer says when the cap was reached.
+pub(crate) const MAX_ENTRIES: usize = 1000;
+
+/// Runs list_files for one call.
+pub(crate) fn list_files(
+    run: &Run,
+    pattern: &str,
+    cwd: Option<&str>,
+    cancel: &CancellationToken,
+) -> Result<String, Refusal> {
+    let base = resolve_within(&run.workspace, Path::new(cwd.unwrap_or("."))).absolute;
+    let glob =
+        Glob::new(&base, pattern).map_err(|r| Refusal(format!("invalid glob {pattern}: {r}")))?;
+    let found = walk(&glob, cancel, Vec::new);
+    let mut entries: Vec<(PathBuf, bool)> = found.into_iter().flatten().collect();
+    if entries.is_empty() {
+        return Ok(format!(
+            "no files match {pattern} under {}",
+            display_path(&run.workspace, &base)
+        ));
+    }
+    let capped = entries.len() >= MAX_ENTRIES;
+    if entries.len() > MAX_ENTRIES {
+        entries.select_nth_unstable_by(MAX_ENTRIES - 1, |a, b| a.0.cmp(&b.0));
+        entries.truncate(MAX_ENTRIES);
+    }
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::new();
+    for (i, (path, is_dir)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&row(&base, path));
+        if *is_dir {
+            out.push('/');
+        }
+    }
+    if capped {
+        out.push_str(&format!("\n[{MAX_ENTRIES} entries; narrow the pattern]"));
+    }
+    Ok(out)
+}
+
+/// The entry relative to the base when under it; display_path's rule otherwise.
+fn row(base: &Path, path: &Path) -> String {
+    match path.strip_prefix(base) {
+        Ok(rest) if !rest.as_os_str().is_empty() && !cfg!(windows) => {
+            rest.to_string_lossy().into_owned()
+        }
+        _ => display_path(base, path),
+    }
+}
+
+impl Visit for Vec<(PathBuf, bool)> {
+    fn entry(&mut self, path: &Path, file_type: FileType) -> bool {
+        // A link to a folder is a link: only real folders get the trailing `/`.
+        self.push((path.to_path_buf(), file_type.is_dir()));
+        true
+    }
+}

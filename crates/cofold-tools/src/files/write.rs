@@ -1,0 +1,203 @@
+//! write_file (§3.2) and edit_file (§3.3): every byte goes through the descriptor the checked
+//! open returned, after the read-before-write check.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use super::open::{OpenRefusal, Opened, checked_open};
+use super::read::BINARY_PROBE;
+use super::record::{Seen, Stamp};
+use super::{Refusal, Run};
+use crate::paths::{display_path, resolve_within};
+
+/// Runs write_file for one call.
+pub(crate) fn write_file(run: &Run, path: &str, content: &str) -> Result<String, Refusal> {
+    // Resolved again here, never reusing the resolution the permission decision saw (S6).
+    let resolved = resolve_within(&run.workspace, path.as_ref());
+    let shown = display_path(&run.workspace, &resolved.absolute);
+    let opened = checked_open(&resolved.real, true, run.options.before_open.as_deref())
+        .map_err(|r| refusal_of(r, &shown))?;
+    let (mut file, verb, bytes) = match opened {
+        Opened::Created(file) => (file, "created", content.as_bytes().to_vec()),
+        Opened::Existing(mut file) => {
+            check_read(run, &file, &resolved.real, &shown)?;
+            let crlf = first_break_is_crlf(&mut file).map_err(|e| Refusal::io(&shown, &e))?;
+            let bytes = if crlf {
+                to_crlf(content.as_bytes())
+            } else {
+                content.as_bytes().to_vec()
+            };
+            (file, "replaced", bytes)
+        }
+    };
+    replace_contents(&mut file, &bytes).map_err(|e| Refusal::io(&shown, &e))?;
+    stamp_after_write(run, &file, &resolved.real, &shown)?;
+    Ok(format!("{verb} {shown} ({} bytes)", bytes.len()))
+}
+
+/// Runs edit_file for one call.
+pub(crate) fn edit_file(
+    run: &Run,
+    path: &str,
+    old: &str,
+    new: &str,
+    all: bool,
+) -> Result<String, Refusal> {
+    let resolved = resolve_within(&run.workspace, path.as_ref());
+    let shown = display_path(&run.workspace, &resolved.absolute);
+    let opened = checked_open(&resolved.real, false, run.options.before_open.as_deref())
+        .map_err(|r| refusal_of(r, &shown))?;
+    let (Opened::Existing(mut file) | Opened::Created(mut file)) = opened;
+    check_read(run, &file, &resolved.real, &shown)?;
+
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Refusal::io(&shown, &e))?;
+    if memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]).is_some() {
+        return Err(Refusal(format!("{shown} is binary")));
+    }
+    let crlf = match memchr::memchr(b'\n', &bytes) {
+        Some(at) => at > 0 && bytes[at - 1] == b'\r',
+        None => false,
+    };
+    let view = to_lf(&bytes);
+    let old = to_lf(old.as_bytes());
+    let new = to_lf(new.as_bytes());
+    let found: Vec<usize> = memchr::memmem::find_iter(&view, &old).collect();
+    let count = found.len();
+    if count == 0 {
+        return Err(Refusal(format!("old text not found in {shown}")));
+    }
+    if count > 1 && !all {
+        return Err(Refusal(format!(
+            "old text occurs {count} times in {shown}; add context to make it unique, or pass all: true"
+        )));
+    }
+    let mut edited = Vec::with_capacity(view.len() + count * new.len());
+    let mut at = 0;
+    for start in &found {
+        edited.extend_from_slice(&view[at..*start]);
+        // Inserted as written: `$&` and `$1` mean nothing here (§8 a).
+        edited.extend_from_slice(&new);
+        at = start + old.len();
+    }
+    edited.extend_from_slice(&view[at..]);
+    let output = if crlf { to_crlf(&edited) } else { edited };
+    replace_contents(&mut file, &output).map_err(|e| Refusal::io(&shown, &e))?;
+    stamp_after_write(run, &file, &resolved.real, &shown)?;
+    Ok(if count == 1 {
+        format!("edited {shown}: 1 replacement")
+    } else {
+        format!("edited {shown}: {count} replacements")
+    })
+}
+
+fn refusal_of(refusal: OpenRefusal, shown: &str) -> Refusal {
+    Refusal(match refusal {
+        OpenRefusal::Missing => format!("no file at {shown}"),
+        OpenRefusal::Folder => format!("{shown} is a folder; use list_files"),
+        OpenRefusal::NotRegular => format!("{shown} is not a regular file"),
+        OpenRefusal::Changed => {
+            format!("{shown} changed after it was checked; nothing was written")
+        }
+        OpenRefusal::Io(error) => return Refusal::io(shown, &error),
+    })
+}
+
+/// The read-before-write check (S5), against the descriptor just opened.
+fn check_read(run: &Run, file: &File, real: &std::path::Path, shown: &str) -> Result<(), Refusal> {
+    if !run.options.require_read {
+        return Ok(());
+    }
+    let meta = file.metadata().map_err(|e| Refusal::io(shown, &e))?;
+    match run.record.check(&run.session, real, Stamp::of(&meta)) {
+        Seen::Current => Ok(()),
+        Seen::Never => Err(Refusal(format!(
+            "{shown} was not read in this session; read it with read_file first"
+        ))),
+        Seen::Changed => Err(Refusal(format!(
+            "{shown} changed since it was read; read it again with read_file first"
+        ))),
+    }
+}
+
+/// The tool's own write counts as a read.
+fn stamp_after_write(
+    run: &Run,
+    file: &File,
+    real: &std::path::Path,
+    shown: &str,
+) -> Result<(), Refusal> {
+    let meta = file.metadata().map_err(|e| Refusal::io(shown, &e))?;
+    run.record.record(&run.session, real, Stamp::of(&meta));
+    Ok(())
+}
+
+/// Writes from offset 0 and cuts the file to what was written, so no old tail survives (S9).
+fn replace_contents(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)
+}
+
+/// Whether the file's first line break is `\r\n`, reading only as far as that break.
+fn first_break_is_crlf(file: &mut File) -> io::Result<bool> {
+    let mut buf = [0u8; 8192];
+    let mut previous = None;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        if let Some(at) = memchr::memchr(b'\n', &buf[..n]) {
+            let before = if at == 0 { previous } else { Some(buf[at - 1]) };
+            return Ok(before == Some(b'\r'));
+        }
+        previous = Some(buf[n - 1]);
+    }
+}
+
+/// Every `\r\n` becomes `\n`; lone `\r`s stay.
+fn to_lf(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    for found in memchr::memmem::find_iter(bytes, b"\r\n") {
+        out.extend_from_slice(&bytes[at..found]);
+        out.push(b'\n');
+        at = found + 2;
+    }
+    out.extend_from_slice(&bytes[at..]);
+    out
+}
+
+/// Every `\n` not already preceded by `\r` becomes `\r\n`.
+fn to_crlf(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + bytes.len() / 16);
+    let mut at = 0;
+    for found in memchr::memchr_iter(b'\n', bytes) {
+        out.extend_from_slice(&bytes[at..found]);
+        if found == 0 || bytes[found - 1] != b'\r' {
+            out.push(b'\r');
+        }
+        out.push(b'\n');
+        at = found + 1;
+    }
+    out.extend_from_slice(&bytes[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_break_conversions() {
+        assert_eq!(to_lf(b"a\r\nb\rc\n"), b"a\nb\rc\n");
+        assert_eq!(to_crlf(b"one\ntwo\r\n"), b"one\r\ntwo\r\n");
+        assert_eq!(to_crlf(b"\n"), b"\r\n");
+    }
+}
