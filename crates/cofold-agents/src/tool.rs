@@ -1,1 +1,691 @@
-//! tool: to be written.
+//! The tool contract: a definition with a JSON Schema input, declared effects, optional subject
+//! and written-path functions, and a handler run with a [`ToolContext`].
+
+use crate::error::AgentError;
+use crate::id::is_valid_name;
+use crate::model::ModelToolDefinition;
+use crate::question::Question;
+use crate::schema::{Issue, Schema};
+use crate::store::{KvEntry, KvScope, Store};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use tokio_util::sync::CancellationToken;
+
+/// What a tool's calls may do; policies and permission modes decide from these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolEffects {
+    /// It reads something (a file, a folder); modes judge the read's target.
+    #[serde(default)]
+    pub reads: bool,
+    /// A call can change something.
+    #[serde(default)]
+    pub writes: bool,
+    /// It talks to the network.
+    #[serde(default)]
+    pub network: bool,
+    /// What the default policy asks about before running.
+    #[serde(default)]
+    pub destructive: bool,
+}
+
+/// A function from validated input to the string rules match against.
+pub type SubjectFn = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
+/// A function from validated input to the absolute path of the one file a call writes.
+pub type WritesFn = Arc<dyn Fn(&Value) -> Option<PathBuf> + Send + Sync>;
+
+/// Runs a tool call.
+#[async_trait]
+pub trait ToolHandler: Send + Sync {
+    /// Executes one call with validated input. `Ok` is what the model reads; `Err(Failed)` an
+    /// error result; `Err(NeedsInput)` pauses the run for answers.
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// A handler made from an async closure; see [`handler_fn`].
+struct FnHandler<F>(F);
+
+#[async_trait]
+impl<F, Fut> ToolHandler for FnHandler<F>
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<ToolOutput, ToolError>> + Send,
+{
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        (self.0)(input, ctx).await
+    }
+}
+
+/// Wraps an async closure `|input, ctx| async { … }` as a [`ToolHandler`].
+pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn ToolHandler>
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+{
+    Arc::new(FnHandler(f))
+}
+
+/// What a tool hands back: the text the model reads and optional detail kept on the step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The text the model reads.
+    pub content: String,
+    /// Structured detail kept on the step record, never shown to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+impl ToolOutput {
+    /// Output with content and detail.
+    pub fn with_detail(content: impl Into<String>, detail: Value) -> ToolOutput {
+        ToolOutput {
+            content: content.into(),
+            detail: Some(detail),
+        }
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(content: String) -> Self {
+        ToolOutput {
+            content,
+            detail: None,
+        }
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(content: &str) -> Self {
+        ToolOutput {
+            content: content.to_owned(),
+            detail: None,
+        }
+    }
+}
+
+/// Why a tool call did not produce a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    /// A refusal or failure, as one sentence the model reads.
+    #[error("{message}")]
+    Failed {
+        /// The sentence.
+        message: String,
+        /// A name for the kind of failure (the step's `original.detail.name`; `Error` when absent).
+        name: Option<String>,
+    },
+    /// Pause the run until a person answers these questions.
+    #[error("the tool needs answers to {} question(s) before it can go on", questions.len())]
+    NeedsInput {
+        /// The questions to ask.
+        questions: Vec<Question>,
+    },
+}
+
+impl ToolError {
+    /// A failure whose message is `error`'s display text.
+    pub fn failed(error: impl fmt::Display) -> ToolError {
+        ToolError::Failed {
+            message: error.to_string(),
+            name: None,
+        }
+    }
+
+    /// A failure with a name for its kind.
+    pub fn failed_named(name: impl Into<String>, error: impl fmt::Display) -> ToolError {
+        ToolError::Failed {
+            message: error.to_string(),
+            name: Some(name.into()),
+        }
+    }
+
+    /// Pauses the run for answers to `questions`.
+    pub fn pause_for_input(questions: Vec<Question>) -> ToolError {
+        ToolError::NeedsInput { questions }
+    }
+}
+
+/// Pauses the run for answers to `questions` (the same as [`ToolError::pause_for_input`]).
+pub fn pause_for_input(questions: Vec<Question>) -> ToolError {
+    ToolError::NeedsInput { questions }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::Failed {
+            message,
+            name: None,
+        }
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        ToolError::Failed {
+            message: message.to_owned(),
+            name: None,
+        }
+    }
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(error: std::io::Error) -> Self {
+        ToolError::failed(error)
+    }
+}
+
+/// Everything a tool is made from.
+#[derive(Clone)]
+pub struct ToolDef {
+    /// The name the model calls it by; matches `^[A-Za-z0-9_-]{1,64}$`.
+    pub name: String,
+    /// What it does, for the model; not blank.
+    pub description: String,
+    /// The JSON Schema of its input; top-level `"type": "object"`.
+    pub input: Value,
+    /// What its calls may do.
+    pub effects: ToolEffects,
+    /// The string rules match against, from validated input.
+    pub subject: Option<SubjectFn>,
+    /// The absolute path of the one file a call writes, from validated input.
+    pub writes: Option<WritesFn>,
+    /// Runs calls.
+    pub handler: Arc<dyn ToolHandler>,
+}
+
+impl ToolDef {
+    /// A definition with no effects, no subject and no written path.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input: Value,
+        handler: Arc<dyn ToolHandler>,
+    ) -> ToolDef {
+        ToolDef {
+            name: name.into(),
+            description: description.into(),
+            input,
+            effects: ToolEffects::default(),
+            subject: None,
+            writes: None,
+            handler,
+        }
+    }
+
+    /// The same definition with these effects.
+    pub fn effects(mut self, effects: ToolEffects) -> ToolDef {
+        self.effects = effects;
+        self
+    }
+
+    /// The same definition with a subject function.
+    pub fn subject(
+        mut self,
+        f: impl Fn(&Value) -> Option<String> + Send + Sync + 'static,
+    ) -> ToolDef {
+        self.subject = Some(Arc::new(f));
+        self
+    }
+
+    /// The same definition with a written-path function.
+    pub fn writes(
+        mut self,
+        f: impl Fn(&Value) -> Option<PathBuf> + Send + Sync + 'static,
+    ) -> ToolDef {
+        self.writes = Some(Arc::new(f));
+        self
+    }
+}
+
+impl fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.name)
+            .field("effects", &self.effects)
+            .field("subject", &self.subject.is_some())
+            .field("writes", &self.writes.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `source` of a tool given to an agent directly.
+pub const AGENT_SOURCE: &str = "agent";
+
+/// A checked tool: immutable and cheap to clone.
+#[derive(Clone)]
+pub struct Tool {
+    def: Arc<ToolDef>,
+    schema: Schema,
+    source: Arc<str>,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.def.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// Checks a definition: the name pattern, a non-blank description, a top-level
+    /// `"type": "object"` input, then the schema (`invalid_options` with one sentence each).
+    pub fn new(def: ToolDef) -> Result<Tool, AgentError> {
+        if !is_valid_name(&def.name) {
+            return Err(AgentError::invalid_options(format!(
+                "tool name \"{}\" must be 1 to 64 letters, digits, underscores or hyphens",
+                def.name
+            )));
+        }
+        if def.description.trim().is_empty() {
+            return Err(AgentError::invalid_options(format!(
+                "tool \"{}\" needs a description",
+                def.name
+            )));
+        }
+        if def.input.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(AgentError::invalid_options(format!(
+                "tool \"{}\": its input schema must have \"type\": \"object\" at the top",
+                def.name
+            )));
+        }
+        let schema = Schema::compile(&def.input)
+            .map_err(|error| error.with_detail(serde_json::json!({ "tool": def.name })))?;
+        Ok(Tool {
+            def: Arc::new(def),
+            schema,
+            source: Arc::from(AGENT_SOURCE),
+        })
+    }
+
+    /// The tool name.
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// The description the model reads.
+    pub fn description(&self) -> &str {
+        &self.def.description
+    }
+
+    /// The input schema as given.
+    pub fn input(&self) -> &Value {
+        &self.def.input
+    }
+
+    /// The compiled input schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The declared effects.
+    pub fn effects(&self) -> ToolEffects {
+        self.def.effects
+    }
+
+    /// The whole definition.
+    pub fn def(&self) -> &ToolDef {
+        &self.def
+    }
+
+    /// `agent`, or the id of the capability that contributed the tool.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The same tool with another `source`.
+    pub fn with_source(&self, source: &str) -> Tool {
+        Tool {
+            def: self.def.clone(),
+            schema: self.schema.clone(),
+            source: Arc::from(source),
+        }
+    }
+
+    /// Whether the tool declares a subject function.
+    pub fn has_subject(&self) -> bool {
+        self.def.subject.is_some()
+    }
+
+    /// The subject of a call with validated input; `None` when the tool has none.
+    pub fn subject(&self, input: &Value) -> Option<String> {
+        self.def.subject.as_ref().and_then(|f| f(input))
+    }
+
+    /// Whether the tool declares a written-path function.
+    pub fn has_writes(&self) -> bool {
+        self.def.writes.is_some()
+    }
+
+    /// The path a call with validated input writes; `None` when the tool has no such function or
+    /// the input names no file.
+    pub fn writes(&self, input: &Value) -> Option<PathBuf> {
+        self.def.writes.as_ref().and_then(|f| f(input))
+    }
+
+    /// Validates input against the schema, returning it with defaults filled, or every issue.
+    pub fn validate(&self, input: &Value) -> Result<Value, Vec<Issue>> {
+        self.schema.validate(input)
+    }
+
+    /// Runs the handler.
+    pub async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.def.handler.execute(input, ctx).await
+    }
+
+    /// What a model request lists: `{ "name", "description", "input" }` in that order.
+    pub fn model_definition(&self) -> ModelToolDefinition {
+        ModelToolDefinition {
+            name: self.def.name.clone(),
+            description: self.def.description.clone(),
+            input: self.schema.as_value().clone(),
+        }
+    }
+}
+
+/// What a tool call runs with.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The agent's id.
+    pub agent_id: String,
+    /// The session's id.
+    pub session_id: String,
+    /// The run's id.
+    pub run_id: String,
+    /// The call's id.
+    pub call_id: String,
+    /// This execution's id (the tool step's `invocationId`).
+    pub invocation_id: String,
+    /// The session's workspace, when it has one.
+    pub workspace: Option<String>,
+    /// Fires when the run is cancelled or times out.
+    pub signal: AbortSignal,
+    /// Key-value handles.
+    pub kv: KvScopes,
+    /// Host values by type.
+    pub resources: Resources,
+}
+
+/// One key-value scope of the store.
+#[derive(Clone)]
+pub struct Kv {
+    store: Arc<dyn Store>,
+    scope: KvScope,
+}
+
+impl fmt::Debug for Kv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kv")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kv {
+    /// A handle onto `scope` of `store`.
+    pub fn new(store: Arc<dyn Store>, scope: KvScope) -> Kv {
+        Kv { store, scope }
+    }
+
+    /// The scope this handle reads and writes.
+    pub fn scope(&self) -> &KvScope {
+        &self.scope
+    }
+
+    /// The value under `key`, or `None`.
+    pub async fn get(&self, key: &str) -> Result<Option<Value>, AgentError> {
+        self.store.kv_get(&self.scope, key).await
+    }
+
+    /// Sets `key` to `value`.
+    pub async fn set(&self, key: &str, value: Value) -> Result<(), AgentError> {
+        self.store.kv_set(&self.scope, key, value).await
+    }
+
+    /// Removes `key` (a key never set is fine).
+    pub async fn delete(&self, key: &str) -> Result<(), AgentError> {
+        self.store.kv_delete(&self.scope, key).await
+    }
+
+    /// The entries, optionally only those whose key starts with `prefix`.
+    pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<KvEntry>, AgentError> {
+        self.store.kv_list(&self.scope, prefix).await
+    }
+}
+
+/// The key-value handles a tool, capability, hook or policy sees.
+#[derive(Clone, Debug)]
+pub struct KvScopes {
+    /// Keys private to the agent.
+    pub agent: Kv,
+    /// Keys shared under the agent's namespace.
+    pub shared: Kv,
+    /// Keys of the session's workspace; only when the session has one.
+    pub workspace: Option<Kv>,
+}
+
+impl KvScopes {
+    /// The three scopes of `store` for an agent, a shared namespace and an optional workspace.
+    pub fn new(
+        store: Arc<dyn Store>,
+        agent_id: &str,
+        namespace: &str,
+        workspace: Option<&str>,
+    ) -> KvScopes {
+        KvScopes {
+            agent: Kv::new(
+                store.clone(),
+                KvScope::Agent {
+                    agent_id: agent_id.to_owned(),
+                },
+            ),
+            shared: Kv::new(
+                store.clone(),
+                KvScope::Shared {
+                    namespace: namespace.to_owned(),
+                },
+            ),
+            workspace: workspace.map(|w| {
+                Kv::new(
+                    store,
+                    KvScope::Workspace {
+                        workspace: w.to_owned(),
+                    },
+                )
+            }),
+        }
+    }
+}
+
+/// Host values keyed by type (like `http::Extensions`); cheap to clone, never put in messages.
+#[derive(Clone, Default)]
+pub struct Resources {
+    map: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resources")
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl Resources {
+    /// An empty map.
+    pub fn new() -> Resources {
+        Resources::default()
+    }
+
+    /// Puts a value, replacing one of the same type.
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        Arc::make_mut(&mut self.map).insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The same map with one more value.
+    pub fn with<T: Any + Send + Sync>(mut self, value: T) -> Resources {
+        self.insert(value);
+        self
+    }
+
+    /// The value of type `T`, if any.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.map
+            .get(&TypeId::of::<T>())
+            .and_then(|value| value.downcast_ref::<T>())
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// How many values there are.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Why a run was aborted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum AbortReason {
+    /// A cancel, with the reason given.
+    Cancel {
+        /// Why, when someone said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The run's time limit passed.
+    Timeout,
+}
+
+#[derive(Debug, Default)]
+struct AbortState {
+    token: CancellationToken,
+    reason: OnceLock<AbortReason>,
+}
+
+/// Sets the abort of a run; only the first abort counts.
+#[derive(Debug, Clone, Default)]
+pub struct AbortController {
+    state: Arc<AbortState>,
+}
+
+impl AbortController {
+    /// A controller that has not aborted.
+    pub fn new() -> AbortController {
+        AbortController::default()
+    }
+
+    /// The signal watchers hold.
+    pub fn signal(&self) -> AbortSignal {
+        AbortSignal {
+            state: self.state.clone(),
+        }
+    }
+
+    /// Aborts with `reason`; returns false (and changes nothing) when already aborted.
+    pub fn abort(&self, reason: AbortReason) -> bool {
+        // The reason is set before the token fires, so whoever wakes sees it.
+        let first = self.state.reason.set(reason).is_ok();
+        if first {
+            self.state.token.cancel();
+        }
+        first
+    }
+}
+
+/// The watch side of an abort: cloneable, built on a [`CancellationToken`].
+#[derive(Debug, Clone, Default)]
+pub struct AbortSignal {
+    state: Arc<AbortState>,
+}
+
+impl AbortSignal {
+    /// A signal no one can fire.
+    pub fn never() -> AbortSignal {
+        AbortSignal::default()
+    }
+
+    /// The token underneath, for `select!` on `cancelled()`.
+    pub fn token(&self) -> &CancellationToken {
+        &self.state.token
+    }
+
+    /// Whether the abort fired.
+    pub fn is_aborted(&self) -> bool {
+        self.state.token.is_cancelled()
+    }
+
+    /// The first abort reason, once aborted.
+    pub fn reason(&self) -> Option<AbortReason> {
+        self.state.reason.get().cloned()
+    }
+
+    /// Waits until the abort fires.
+    pub async fn cancelled(&self) {
+        self.state.token.cancelled().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_the_first_abort_counts() {
+        let controller = AbortController::new();
+        let signal = controller.signal();
+        assert!(!signal.is_aborted());
+        assert!(controller.abort(AbortReason::Timeout));
+        assert!(!controller.abort(AbortReason::Cancel {
+            reason: Some("late".into())
+        }));
+        signal.cancelled().await;
+        assert_eq!(signal.reason(), Some(AbortReason::Timeout));
+        assert!(signal.token().is_cancelled());
+    }
+
+    #[test]
+    fn resources_are_keyed_by_type() {
+        #[derive(Debug, PartialEq)]
+        struct Host(&'static str);
+        let resources = Resources::new().with(Host("h")).with(7u32);
+        assert_eq!(resources.get::<Host>(), Some(&Host("h")));
+        assert_eq!(resources.get::<u32>(), Some(&7));
+        assert_eq!(resources.get::<String>(), None);
+        let copy = resources.clone().with(8u32);
+        assert_eq!(
+            resources.get::<u32>(),
+            Some(&7),
+            "a clone's insert leaves the original alone"
+        );
+        assert_eq!(copy.get::<u32>(), Some(&8));
+    }
+
+    #[test]
+    fn tool_errors_build_from_error_text() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        assert_eq!(
+            ToolError::from(io),
+            ToolError::Failed {
+                message: "no such file".into(),
+                name: None
+            }
+        );
+        assert_eq!(ToolError::from("nope").to_string(), "nope");
+        assert!(matches!(
+            pause_for_input(vec![]),
+            ToolError::NeedsInput { .. }
+        ));
+    }
+}

@@ -1,1 +1,0 @@
-//! policy: to be written.
