@@ -52,7 +52,10 @@ pub fn estimate_messages<'m>(
     messages: impl IntoIterator<Item = &'m Message>,
     estimate: Estimator<'_>,
 ) -> u64 {
-    messages.into_iter().map(|m| estimate_message(m, estimate)).sum()
+    messages
+        .into_iter()
+        .map(|m| estimate_message(m, estimate))
+        .sum()
 }
 
 fn is_summary(message: &Message) -> bool {
@@ -76,7 +79,10 @@ pub fn context_of(history: &[Message]) -> Vec<Message> {
     let covered = covered_ids(history);
     let mut view = vec![newest.clone()];
     view.extend(
-        history.iter().filter(|m| !is_summary(m) && !covered.contains(m.id.as_str())).cloned(),
+        history
+            .iter()
+            .filter(|m| !is_summary(m) && !covered.contains(m.id.as_str()))
+            .cloned(),
     );
     view
 }
@@ -105,7 +111,12 @@ pub fn units_of(messages: &[Message]) -> Vec<Range<usize>> {
 
 /// The newest whole units of `messages` whose estimate fits in `budget`, as the index where the
 /// kept part starts. With `always_one`, the newest unit is kept even when it alone is over.
-fn keep_from(messages: &[Message], budget: u64, always_one: bool, estimate: Estimator<'_>) -> usize {
+fn keep_from(
+    messages: &[Message],
+    budget: u64,
+    always_one: bool,
+    estimate: Estimator<'_>,
+) -> usize {
     let mut used = 0u64;
     let mut start = messages.len();
     for (n, unit) in units_of(messages).into_iter().rev().enumerate() {
@@ -199,10 +210,21 @@ mod tests {
     use crate::message::{ToolCall, ToolResult};
 
     fn msg(id: &str, role: Role, source: MessageSource, parts: Vec<Part>) -> Message {
-        Message { id: id.into(), role, parts, source, created_at: Timestamp::now(), summarizes: None }
+        Message {
+            id: id.into(),
+            role,
+            parts,
+            source,
+            created_at: Timestamp::now(),
+            summarizes: None,
+        }
     }
     fn text(id: &str, role: Role, t: &str) -> Message {
-        let source = if role == Role::User { MessageSource::Input } else { MessageSource::Model };
+        let source = if role == Role::User {
+            MessageSource::Input
+        } else {
+            MessageSource::Model
+        };
         msg(id, role, source, vec![Part::Text { text: t.into() }])
     }
     fn call(id: &str, call_id: &str) -> Message {
@@ -210,7 +232,12 @@ mod tests {
             id,
             Role::Assistant,
             MessageSource::Model,
-            vec![Part::ToolCall(ToolCall { call_id: call_id.into(), name: "echo".into(), input: None, raw: "{}".into() })],
+            vec![Part::ToolCall(ToolCall {
+                call_id: call_id.into(),
+                name: "echo".into(),
+                input: None,
+                raw: "{}".into(),
+            })],
         )
     }
     fn result(id: &str, call_id: &str) -> Message {
@@ -218,11 +245,21 @@ mod tests {
             id,
             Role::Tool,
             MessageSource::Tool,
-            vec![Part::ToolResult(ToolResult { call_id: call_id.into(), name: "echo".into(), content: "hello".into(), is_error: false })],
+            vec![Part::ToolResult(ToolResult {
+                call_id: call_id.into(),
+                name: "echo".into(),
+                content: "hello".into(),
+                is_error: false,
+            })],
         )
     }
     fn summary(id: &str, covers: &[&str]) -> Message {
-        let mut m = msg(id, Role::User, MessageSource::Summary, vec![Part::Text { text: "s".into() }]);
+        let mut m = msg(
+            id,
+            Role::User,
+            MessageSource::Summary,
+            vec![Part::Text { text: "s".into() }],
+        );
         m.summarizes = Some(covers.iter().map(|s| s.to_string()).collect());
         m
     }
@@ -244,10 +281,21 @@ mod tests {
             "i",
             Role::User,
             MessageSource::Input,
-            vec![Part::Image { mime_type: "image/png".into(), data: Some("AA==".into()), url: None }],
+            vec![Part::Image {
+                mime_type: "image/png".into(),
+                data: Some("AA==".into()),
+                url: None,
+            }],
         );
         assert_eq!(estimate_message(&image, chars), 1004);
-        let reasoning = msg("r", Role::Assistant, MessageSource::Model, vec![Part::Reasoning { text: "long".into() }]);
+        let reasoning = msg(
+            "r",
+            Role::Assistant,
+            MessageSource::Model,
+            vec![Part::Reasoning {
+                text: "long".into(),
+            }],
+        );
         assert_eq!(estimate_message(&reasoning, chars), 4);
     }
 
@@ -284,18 +332,35 @@ mod tests {
     fn request_selection_keeps_newest_whole_units_and_strips_reasoning() {
         let est: Estimator<'_> = &chars;
         let mut answer = text("t", Role::Assistant, "done");
-        answer.parts.insert(0, Part::Reasoning { text: "thinking".into() });
-        let view = vec![text("u", Role::User, "hello"), call("c", "1"), result("r", "1"), answer];
+        answer.parts.insert(
+            0,
+            Part::Reasoning {
+                text: "thinking".into(),
+            },
+        );
+        let view = vec![
+            text("u", Role::User, "hello"),
+            call("c", "1"),
+            result("r", "1"),
+            answer,
+        ];
         // "done" = 8, call + result = 10 + 9: a budget of 27 takes all three, 26 only the text.
         let picked = select_for_request(&view, "", 27, est);
-        assert_eq!(picked.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["c", "r", "t"]);
+        assert_eq!(
+            picked.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+            ["c", "r", "t"]
+        );
         assert_eq!(picked[2].parts.len(), 1);
         let picked = select_for_request(&view, "", 26, est);
         assert_eq!(picked.len(), 1);
         // The instructions come out of the budget; the newest unit is kept even when over.
         let picked = select_for_request(&view, "xxxxxxxxxxxxxxxxxxxx", 21, est);
         assert_eq!(picked.len(), 1);
-        assert_eq!(view[3].parts.len(), 2, "the stored message keeps its reasoning");
+        assert_eq!(
+            view[3].parts.len(),
+            2,
+            "the stored message keeps its reasoning"
+        );
     }
 
     #[test]
@@ -322,8 +387,14 @@ mod tests {
     #[test]
     fn auto_compact_point_examples() {
         assert_eq!(auto_compact_point(Some(10000), None, 0.8), (10000, 8000));
-        assert_eq!(auto_compact_point(Some(10000), Some(5000), 0.8), (10000, 5000));
-        assert_eq!(auto_compact_point(Some(10000), Some(9000), 0.8), (10000, 8000));
+        assert_eq!(
+            auto_compact_point(Some(10000), Some(5000), 0.8),
+            (10000, 5000)
+        );
+        assert_eq!(
+            auto_compact_point(Some(10000), Some(9000), 0.8),
+            (10000, 8000)
+        );
         assert_eq!(auto_compact_point(None, None, 0.8), (32000, 25600));
         assert_eq!(auto_compact_point(Some(0), None, 0.8), (32000, 25600));
     }

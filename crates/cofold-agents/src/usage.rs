@@ -39,7 +39,10 @@ pub fn add_usage(a: &Usage, b: &Usage) -> Usage {
 pub fn cost_of(usage: &Usage, pricing: &ModelPricing) -> u64 {
     let cache_read = usage.cache_read_tokens.unwrap_or(0);
     let cache_write = usage.cache_write_tokens.unwrap_or(0);
-    let plain = usage.input_tokens.saturating_sub(cache_read).saturating_sub(cache_write);
+    let plain = usage
+        .input_tokens
+        .saturating_sub(cache_read)
+        .saturating_sub(cache_write);
     let input_rate = pricing.input_per_million;
     // Rates are per million tokens and the result is in millionths of a dollar, so the two
     // factors of a million cancel: tokens × rate is already micro-dollars.
@@ -84,32 +87,58 @@ mod tests {
     }
 
     fn usage(input: u64, output: u64) -> Usage {
-        Usage { input_tokens: input, output_tokens: output, ..ZERO_USAGE }
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..ZERO_USAGE
+        }
     }
 
     #[test]
     fn cost_examples_of_the_spec() {
-        assert_eq!(micros_to_usd(cost_of(&usage(1_000_000, 500_000), &pricing(3.0, 15.0))), 10.5);
-        assert_eq!(micros_to_usd(cost_of(&usage(1, 1), &pricing(1.0, 2.0))), 0.000003);
+        assert_eq!(
+            micros_to_usd(cost_of(&usage(1_000_000, 500_000), &pricing(3.0, 15.0))),
+            10.5
+        );
+        assert_eq!(
+            micros_to_usd(cost_of(&usage(1, 1), &pricing(1.0, 2.0))),
+            0.000003
+        );
         assert_eq!(cost_of(&usage(1, 0), &pricing(0.3, 0.0)), 0);
-        assert_eq!(micros_to_usd(cost_of(&usage(7, 0), &pricing(0.3, 0.0))), 0.000002);
+        assert_eq!(
+            micros_to_usd(cost_of(&usage(7, 0), &pricing(0.3, 0.0))),
+            0.000002
+        );
         let mut cached = pricing(3.0, 0.0);
         cached.cache_read_per_million = Some(0.3);
-        let u = Usage { cache_read_tokens: Some(400_000), ..usage(1_000_000, 0) };
+        let u = Usage {
+            cache_read_tokens: Some(400_000),
+            ..usage(1_000_000, 0)
+        };
         assert_eq!(micros_to_usd(cost_of(&u, &cached)), 1.92);
     }
 
     #[test]
     fn plain_input_never_below_zero_and_cache_falls_back_to_input_rate() {
-        let u = Usage { cache_read_tokens: Some(10), cache_write_tokens: Some(10), ..usage(5, 0) };
+        let u = Usage {
+            cache_read_tokens: Some(10),
+            cache_write_tokens: Some(10),
+            ..usage(5, 0)
+        };
         // 10 + 10 cached tokens at the input rate of 1; the plain count is 0, not -15.
         assert_eq!(cost_of(&u, &pricing(1.0, 0.0)), 20);
     }
 
     #[test]
     fn add_usage_keeps_optional_counters_present_on_either_side() {
-        let a = Usage { reasoning_tokens: Some(3), ..usage(1, 2) };
-        let b = Usage { cache_read_tokens: Some(4), ..usage(10, 20) };
+        let a = Usage {
+            reasoning_tokens: Some(3),
+            ..usage(1, 2)
+        };
+        let b = Usage {
+            cache_read_tokens: Some(4),
+            ..usage(10, 20)
+        };
         let sum = add_usage(&a, &b);
         assert_eq!((sum.input_tokens, sum.output_tokens), (11, 22));
         assert_eq!(sum.reasoning_tokens, Some(3));

@@ -1,1 +1,0 @@
-//! run: to be written.

@@ -1,0 +1,355 @@
+//! Resuming a stored run (harness §3.11): replay, then deliver a terminal outcome, settle a run
+//! whose process died, or wait at a stored pause and go on from it.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use super::batch::tool_message;
+use super::pause::Parked;
+use super::tool_call::error_result;
+use super::{Exit, Hold, ResumeOptions, Runner, failed_outcome, stored_outcome};
+use crate::error::{AgentError, ErrorCode};
+use crate::event::{OutcomeKind, RequestKind, RunOutcome, RunStatus};
+use crate::id::Timestamp;
+use crate::message::{Message, Part, Role, ToolCall, tool_calls_of};
+use crate::question::Question;
+use crate::store::{RunRecord, StepPatch, StepRecord, StepStatus};
+use crate::usage::{ZERO_USAGE, add_usage, cost_of, usd_to_micros};
+
+/// The result of the call a dead process was running.
+const DIED_TEXT: &str = "execution outcome unknown: the process died during the call";
+
+/// The result of the other unanswered calls of that batch.
+const NOT_EXECUTED_TEXT: &str = "not executed: the run was interrupted";
+
+impl Runner {
+    /// The whole life of a `resume` task.
+    pub(crate) async fn resume(mut self, opts: ResumeOptions) {
+        let exit = self.reattach(opts).await;
+        self.conclude(exit).await;
+    }
+
+    /// The outcome of `kind` with a record's tally.
+    fn record_outcome(record: &RunRecord, kind: OutcomeKind) -> RunOutcome {
+        RunOutcome {
+            kind,
+            usage: record.usage,
+            steps: record.steps,
+            cost: record.cost,
+            denials: record.denials.clone(),
+        }
+    }
+
+    async fn reattach(&mut self, opts: ResumeOptions) -> Exit {
+        let run = self.run_ref();
+        let record = match self.store.get_run(&run).await {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                return Exit::Settle(failed_outcome(AgentError::not_found(format!(
+                    "run {} is not in session {}",
+                    run.run_id, run.session_id
+                ))));
+            }
+            Err(error) => return Exit::Settle(failed_outcome(AgentError::internal(error.message))),
+        };
+
+        // Replay what is stored after `after_seq`; live events continue the numbering.
+        let after = opts.after_seq.unwrap_or(0);
+        let all = match self.store.list_events(&run, None).await {
+            Ok(events) => events,
+            Err(error) => return Exit::Settle(Runner::record_outcome(&record, failed(error))),
+        };
+        self.next_seq = all.last().map_or(1, |e| e.seq + 1);
+        for event in all.iter().filter(|e| e.seq > after) {
+            self.side.shared.publish(event.clone());
+        }
+
+        if record.status.is_terminal() {
+            let outcome = stored_outcome(&all).unwrap_or_else(|| {
+                let error = AgentError::new(ErrorCode::Interrupted, "the run left no outcome");
+                Runner::record_outcome(
+                    &record,
+                    OutcomeKind::Failed {
+                        error: error.info(),
+                    },
+                )
+            });
+            return Exit::Settle(outcome);
+        }
+        let busy = |what: &str| {
+            let error = AgentError::new(ErrorCode::WriterBusy, what.to_owned());
+            Exit::Settle(Runner::record_outcome(
+                &record,
+                OutcomeKind::Failed {
+                    error: error.info(),
+                },
+            ))
+        };
+        let Some(hold) = Hold::take(self.store_key(), &run.session_id, &run.run_id) else {
+            return busy(&format!(
+                "run {} is already held by this process",
+                run.run_id
+            ));
+        };
+        self.hold = Some(hold);
+        let session = match self.store.get_session(&run.session_id).await {
+            Ok(Some(session)) => session,
+            Ok(None) => {
+                let error =
+                    AgentError::not_found(format!("session {} does not exist", run.session_id));
+                return Exit::Settle(Runner::record_outcome(
+                    &record,
+                    OutcomeKind::Failed {
+                        error: error.info(),
+                    },
+                ));
+            }
+            Err(error) => return Exit::Settle(Runner::record_outcome(&record, failed(error))),
+        };
+        match self.store.claim_writer(&run.session_id, &run.run_id).await {
+            Ok(true) => self.claimed = true,
+            Ok(false) => {
+                return busy(&format!(
+                    "session {} is being written by another run",
+                    run.session_id
+                ));
+            }
+            Err(error) => return Exit::Settle(Runner::record_outcome(&record, failed(error))),
+        }
+        self.workspace = session.workspace;
+        self.input_message_id = record.input_message_id.clone().unwrap_or_default();
+
+        match self.continue_from(record).await {
+            Ok(()) => self.drive().await,
+            Err(exit) => exit,
+        }
+    }
+
+    /// Rebuilds the counters, resolves capabilities, and settles a dead run or re-enters a
+    /// paused one's batch.
+    async fn continue_from(&mut self, record: RunRecord) -> Result<(), Exit> {
+        let steps = self.store.list_steps(&self.run_ref()).await?;
+        self.tally.step_index = steps.len() as u32;
+        self.tally.tool_calls = steps
+            .iter()
+            .filter(|s| matches!(s, StepRecord::Tool(t) if t.status != StepStatus::Started))
+            .count() as u32;
+        self.tally.denials = record.denials.clone();
+        if record.status == RunStatus::Awaiting {
+            self.tally.usage = record.usage;
+            self.tally.steps = record.steps;
+            if self.tally.cost.is_some() {
+                self.tally.cost = Some(record.cost.map_or(0, usd_to_micros));
+            }
+        } else {
+            self.recount(&steps);
+        }
+        self.resolve_capabilities().await?;
+
+        if record.status == RunStatus::Running {
+            self.side.shared.attached_without_request();
+            return Err(self.settle_dead_run(&steps).await);
+        }
+
+        // A paused run: load its request and wait at it again.
+        let Some(request_id) = record.pending_request_id.clone() else {
+            return Err(Exit::Error(AgentError::not_found(format!(
+                "run {} has no pending request",
+                record.run_id
+            ))));
+        };
+        let request = match self.store.get_request(&self.run_ref(), &request_id).await? {
+            Some(request) => request,
+            None => {
+                return Err(Exit::Error(AgentError::not_found(format!(
+                    "request {request_id} does not exist"
+                ))));
+            }
+        };
+        if request.resolution.is_some() {
+            return Err(Exit::Error(AgentError::new(
+                ErrorCode::Interrupted,
+                format!("request {request_id} was resolved but the run did not go on"),
+            )));
+        }
+        let history = self.store.list_messages(self.session_id(), None).await?;
+        let unanswered = unanswered_calls(&history);
+        let Some(first) = unanswered
+            .first()
+            .filter(|c| Some(&c.call_id) == request.call_id.as_ref())
+            .cloned()
+        else {
+            return Err(Exit::Error(AgentError::internal(format!(
+                "the paused call of request {request_id} is not the first unanswered call"
+            ))));
+        };
+        let payload = &request.payload;
+        let invocation_id = payload
+            .get("invocationId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let started_at = invocation_id.as_deref().and_then(|id| {
+            steps.iter().find_map(|s| match s {
+                StepRecord::Tool(t) if t.invocation_id == id => Some(t.started_at.clone()),
+                _ => None,
+            })
+        });
+        let questions: Vec<Question> = payload
+            .get("questions")
+            .cloned()
+            .and_then(|q| serde_json::from_value(q).ok())
+            .unwrap_or_default();
+        let parked = Parked {
+            request_id,
+            kind: request.kind,
+            tool: self.tools.iter().find(|t| t.name() == first.name).cloned(),
+            input: payload.get("input").cloned().unwrap_or(Value::Null),
+            call: first,
+            questions,
+            invocation_id,
+            started_at,
+        };
+        if parked.kind == RequestKind::Input && parked.invocation_id.is_none() {
+            return Err(Exit::Error(AgentError::internal(
+                "an input request without its invocation id",
+            )));
+        }
+        self.side.shared.open_request(parked.open_request());
+        self.run_batch(unanswered, Some(parked)).await
+    }
+
+    /// A run that died while running: usage, steps and cost from its model step records.
+    fn recount(&mut self, steps: &[StepRecord]) {
+        let pricing = self.agent.model().pricing();
+        let mut usage = ZERO_USAGE;
+        let mut count = 0;
+        let mut micros = 0;
+        for step in steps {
+            if let StepRecord::Model(model) = step {
+                count += 1;
+                let step_usage = model
+                    .reply
+                    .as_ref()
+                    .and_then(|reply| reply.get("usage").cloned())
+                    .and_then(|u| serde_json::from_value(u).ok());
+                if let Some(step_usage) = step_usage {
+                    if let Some(pricing) = &pricing {
+                        micros += cost_of(&step_usage, pricing);
+                    }
+                    usage = add_usage(&usage, &step_usage);
+                }
+            }
+        }
+        self.tally.usage = usage;
+        self.tally.steps = count;
+        self.tally.cost = pricing.map(|_| micros);
+    }
+
+    /// Settles a run whose process died: the call it was in is uncertain (§3.11 step 8).
+    async fn settle_dead_run(&mut self, steps: &[StepRecord]) -> Exit {
+        let last_started = steps.iter().rev().find(|s| match s {
+            StepRecord::Tool(t) => t.status == StepStatus::Started,
+            StepRecord::Model(m) => m.status == StepStatus::Started,
+        });
+        let interrupted = || {
+            Exit::Error(AgentError::new(
+                ErrorCode::Interrupted,
+                "the run's process ended while it was running",
+            ))
+        };
+        match last_started {
+            Some(StepRecord::Tool(tool)) => {
+                let patch = StepPatch {
+                    status: Some(StepStatus::Uncertain),
+                    ended_at: Some(Timestamp::now()),
+                    ..StepPatch::default()
+                };
+                if let Err(error) = self
+                    .store
+                    .update_step(&self.run_ref(), &tool.invocation_id, &patch)
+                    .await
+                {
+                    return Exit::Error(error);
+                }
+                let history = match self.store.list_messages(self.session_id(), None).await {
+                    Ok(history) => history,
+                    Err(error) => return Exit::Error(error),
+                };
+                let answers: Vec<Message> = unanswered_calls(&history)
+                    .iter()
+                    .map(|call| {
+                        let text = if call.call_id == tool.call_id {
+                            DIED_TEXT
+                        } else {
+                            NOT_EXECUTED_TEXT
+                        };
+                        tool_message(error_result(call, text))
+                    })
+                    .collect();
+                if !answers.is_empty()
+                    && let Err(error) = self.append(&answers).await
+                {
+                    return Exit::Error(error);
+                }
+                Exit::Error(
+                    AgentError::new(
+                        ErrorCode::UncertainInvocation,
+                        format!(
+                            "the process died during call {} of tool \"{}\"",
+                            tool.call_id, tool.name
+                        ),
+                    )
+                    .with_detail(
+                        json!({ "invocationId": tool.invocation_id, "callId": tool.call_id }),
+                    ),
+                )
+            }
+            Some(StepRecord::Model(model)) => {
+                let patch = StepPatch {
+                    status: Some(StepStatus::Failed),
+                    ended_at: Some(Timestamp::now()),
+                    ..StepPatch::default()
+                };
+                if let Err(error) = self
+                    .store
+                    .update_step(&self.run_ref(), &model.invocation_id, &patch)
+                    .await
+                {
+                    return Exit::Error(error);
+                }
+                interrupted()
+            }
+            None => interrupted(),
+        }
+    }
+}
+
+fn failed(error: AgentError) -> OutcomeKind {
+    OutcomeKind::Failed {
+        error: AgentError::internal(error.message).info(),
+    }
+}
+
+/// The calls of the last assistant tool-call message that no tool message answers yet, in order.
+pub(crate) fn unanswered_calls(history: &[Message]) -> Vec<ToolCall> {
+    let Some(at) = history
+        .iter()
+        .rposition(|m| m.role == Role::Assistant && !tool_calls_of(m).is_empty())
+    else {
+        return Vec::new();
+    };
+    let answered: HashSet<&str> = history[at + 1..]
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match p {
+            Part::ToolResult(result) => Some(result.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    tool_calls_of(&history[at])
+        .into_iter()
+        .filter(|c| !answered.contains(c.call_id.as_str()))
+        .cloned()
+        .collect()
+}

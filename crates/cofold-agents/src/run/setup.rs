@@ -1,0 +1,219 @@
+//! Setting up a run (harness §3.2) and resolving capabilities (§2.5).
+
+use std::time::Duration;
+
+use super::{CompactOptions, Exit, Flow, Hold, RunKind, RunOptions, Runner, failed_outcome};
+use crate::capability::{CapabilityArgs, resolve_capabilities};
+use crate::compaction::COMPACT_ASK;
+use crate::error::{AgentError, ErrorCode};
+use crate::event::{EventBody, RunStatus};
+use crate::id::{Timestamp, new_id};
+use crate::message::{Message, MessageSource, Part, Role};
+use crate::store::{NewSession, RunRecord};
+use crate::tool::{AbortReason, AbortSignal};
+use crate::usage::ZERO_USAGE;
+
+/// What a fresh run starts from.
+pub(crate) enum Start {
+    Run(RunOptions),
+    Compact(CompactOptions),
+}
+
+impl Runner {
+    /// The whole life of a `run` or `compact` task.
+    pub(crate) async fn start(mut self, start: Start) {
+        let exit = match self.set_up(start).await {
+            Ok(()) => self.drive().await,
+            Err(exit) => exit,
+        };
+        self.conclude(exit).await;
+    }
+
+    async fn set_up(&mut self, start: Start) -> Flow<()> {
+        let (signal, workspace, model, message_id, parts, source) = match start {
+            Start::Run(opts) => {
+                let parts = opts
+                    .input
+                    .into_parts()
+                    .map_err(|e| Exit::Settle(failed_outcome(e)))?;
+                (
+                    opts.signal,
+                    opts.workspace,
+                    opts.model,
+                    opts.message_id,
+                    parts,
+                    MessageSource::Input,
+                )
+            }
+            Start::Compact(opts) => (
+                opts.signal,
+                None,
+                None,
+                opts.message_id,
+                vec![Part::text(COMPACT_ASK)],
+                MessageSource::System,
+            ),
+        };
+        // 1. The abort: an external signal and the run's time limit.
+        self.watch_aborts(signal);
+
+        // 2. The session, created when absent.
+        let session = self
+            .session_or_create(workspace)
+            .await
+            .map_err(|error| Exit::Settle(failed_outcome(AgentError::internal(error.message))))?;
+        self.workspace = session.workspace;
+
+        // 3. A caller-chosen message id must be new to the session.
+        let message_id = message_id.unwrap_or_else(new_id);
+        let history = self
+            .store
+            .list_messages(self.session_id(), None)
+            .await
+            .map_err(|error| Exit::Settle(failed_outcome(AgentError::internal(error.message))))?;
+        if history.iter().any(|m| m.id == message_id) {
+            return Err(Exit::Settle(failed_outcome(AgentError::already_exists(
+                format!(
+                    "message {message_id} is already in session {}",
+                    self.session_id()
+                ),
+            ))));
+        }
+        self.input_message_id = message_id.clone();
+
+        // 4. The run record.
+        let now = Timestamp::now();
+        let record = RunRecord {
+            run_id: self.run_id().to_owned(),
+            session_id: self.session_id().to_owned(),
+            agent_id: self.agent.id().to_owned(),
+            model,
+            status: RunStatus::Running,
+            created_at: now.clone(),
+            updated_at: now,
+            pending_request_id: None,
+            usage: ZERO_USAGE,
+            cost: self.tally.cost.map(|_| 0.0),
+            steps: 0,
+            denials: Vec::new(),
+            input_message_id: Some(message_id.clone()),
+            last_message_id: None,
+        };
+        self.store
+            .create_run(record)
+            .await
+            .map_err(|e| Exit::Settle(failed_outcome(e)))?;
+        self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
+
+        // 5. The writer claim.
+        if !self
+            .store
+            .claim_writer(self.session_id(), self.run_id())
+            .await?
+        {
+            return Err(Exit::Error(AgentError::new(
+                ErrorCode::WriterBusy,
+                format!(
+                    "session {} is being written by another run",
+                    self.session_id()
+                ),
+            )));
+        }
+        self.claimed = true;
+
+        // 6. Capabilities, before anything is written to the transcript.
+        self.resolve_capabilities().await?;
+
+        // 7. The input message and `run.started`.
+        let role = Role::User;
+        let input = Message {
+            id: message_id,
+            role,
+            parts,
+            source,
+            created_at: Timestamp::now(),
+            summarizes: None,
+        };
+        self.append(std::slice::from_ref(&input)).await?;
+        self.emit(EventBody::RunStarted { input }).await?;
+
+        // 8. The heartbeat; the loop follows.
+        self.start_heartbeat();
+        Ok(())
+    }
+
+    async fn session_or_create(
+        &self,
+        workspace: Option<String>,
+    ) -> Result<crate::store::SessionRecord, AgentError> {
+        if let Some(session) = self.store.get_session(self.session_id()).await? {
+            return Ok(session);
+        }
+        let new = NewSession {
+            session_id: self.session_id().to_owned(),
+            agent_id: self.agent.id().to_owned(),
+            workspace,
+        };
+        match self.store.create_session(new).await {
+            Ok(session) => Ok(session),
+            // Someone created it meanwhile: theirs is the session.
+            Err(error) if error.code == ErrorCode::AlreadyExists => self
+                .store
+                .get_session(self.session_id())
+                .await?
+                .ok_or(error),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Connects the external signal and the time limit to the run's abort.
+    pub(crate) fn watch_aborts(&mut self, external: Option<AbortSignal>) {
+        let controller = self.side.shared.abort.clone();
+        if let Some(external) = external {
+            let controller = controller.clone();
+            let mine = controller.signal();
+            self.watchers.push(tokio::spawn(async move {
+                tokio::select! {
+                    _ = external.cancelled() => {
+                        controller.abort(AbortReason::Cancel { reason: Some("signal".into()) });
+                    }
+                    _ = mine.cancelled() => {}
+                }
+            }));
+        }
+        let timeout = self.agent.limits().timeout_ms;
+        if timeout > 0 {
+            self.watchers.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(timeout)).await;
+                controller.abort(AbortReason::Timeout);
+            }));
+        }
+    }
+
+    /// Resolves the agent's capabilities into this run's tools and instructions.
+    pub(crate) async fn resolve_capabilities(&mut self) -> Flow<()> {
+        let args = CapabilityArgs {
+            agent_id: self.agent.id().to_owned(),
+            session_id: self.session_id().to_owned(),
+            run_id: self.run_id().to_owned(),
+            workspace: self.workspace.clone(),
+            kv: self.kv(),
+            signal: self.signal(),
+        };
+        let resolved = resolve_capabilities(
+            self.agent.instructions(),
+            self.agent.tools(),
+            self.agent.capabilities(),
+            &args,
+        )
+        .await?;
+        self.instructions = resolved.instructions;
+        // A compact run offers no tools; it only needs the resolved instructions.
+        self.tools = if self.kind == RunKind::Compact {
+            Vec::new()
+        } else {
+            resolved.tools
+        };
+        Ok(())
+    }
+}
