@@ -1,6 +1,52 @@
 //! An Agent Host Protocol 1.0 host.
 //!
-//! Serves any backend that implements the [`Agent`](crate) and `Session` traits over WebSocket and
+//! Serves any backend that implements the [`Agent`] and [`Session`] traits over WebSocket and
 //! stdio. The host's state is built by applying every emitted action with the official `ahp`
 //! reducers, so a client that replays actions and a client that takes a snapshot always agree.
 //! This crate knows nothing of cofold.
+//!
+//! ```no_run
+//! # async fn run(agent: std::sync::Arc<dyn ahpd_sdk::Agent>) -> Result<(), ahpd_sdk::HostError> {
+//! use ahpd_sdk::{HostBuilder, transport::ws::WsConfig};
+//! let host = HostBuilder::new().path("/work").agent(agent).build()?;
+//! let server = host.serve_ws(WsConfig::loopback(9187)).await?;
+//! server.wait().await;
+//! # Ok(()) }
+//! ```
+
+pub mod agent;
+pub mod error;
+pub mod host;
+pub mod peer;
+pub mod plugin;
+pub mod ports;
+pub mod transport;
+pub mod util;
+
+mod actor;
+mod backend;
+mod catalogue;
+mod coalesce;
+mod config;
+mod connection;
+mod dispatch;
+mod hub;
+mod open;
+mod root;
+mod rootdispatch;
+mod session;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use agent::{
+    Agent, AgentDescriptor, AgentError, ApprovalOutcome, ApprovalRequest, ClientToolCall, ForkFrom,
+    ForkPoint, InputOutcome, PastSession, Probe, Refusal, Secret, Session, SessionContext,
+    SessionStart, TurnRequest,
+};
+pub use error::{HostError, RpcError};
+pub use host::{Host, HostBuilder, HostHandle, HostOptions};
+pub use peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
+
+/// The wire types, re-exported so backends need no second dependency line.
+pub use ahp_types;

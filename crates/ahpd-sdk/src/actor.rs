@@ -1,0 +1,1004 @@
+//! A session's task: owns the session state, its chats' states and backends, and every parked
+//! approval, question and client-tool call. Every change goes through a reducer first; only a
+//! change is published.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahp::reducers::{ReduceOutcome, apply_action_to_chat, apply_action_to_session};
+use ahp_types::actions::*;
+use ahp_types::common::JsonObject;
+use ahp_types::notifications::{
+    PartialSessionSummary, SessionAddedParams, SessionSummaryChangedParams,
+};
+use ahp_types::state::*;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::agent::{
+    Agent, AgentError, BackendMsg, Session, SessionContext, SessionStart, SharedSessionView,
+    TurnRequest,
+};
+use crate::coalesce::Coalescer;
+use crate::error::RpcError;
+use crate::host::HostInner;
+use crate::root;
+use crate::session::{ConnRef, SessionMsg};
+use crate::util;
+
+pub(crate) enum Backend {
+    None,
+    Creating(Vec<TurnRequest>),
+    Ready(Box<dyn Session>),
+}
+
+pub(crate) struct Chat {
+    pub uri: Arc<str>,
+    pub state: ChatState,
+    pub backend: Backend,
+    pub ctx: SessionContext,
+    pub backend_id: String,
+    /// Whether the backend must be opened on a stored conversation.
+    pub resume: bool,
+    /// Older transcript turns not loaded into state, oldest first.
+    pub older: Vec<Turn>,
+    /// Cursors this chat issued, and whether each was used.
+    pub cursors: HashMap<String, bool>,
+    pub coalescer: Coalescer,
+    /// Turns the active turn replaced; their approvals stay answerable.
+    pub replaced: HashSet<String>,
+}
+
+pub(crate) enum PendingKind {
+    Approval {
+        reply: oneshot::Sender<crate::agent::ApprovalOutcome>,
+        tool_name: String,
+    },
+    Input {
+        reply: oneshot::Sender<crate::agent::InputOutcome>,
+        required: Vec<String>,
+    },
+    ClientTool {
+        reply: oneshot::Sender<ToolCallResult>,
+        client_id: String,
+        tool_call_id: String,
+        timer: Option<tokio::task::JoinHandle<()>>,
+    },
+}
+
+pub(crate) struct Pending {
+    pub chat: Arc<str>,
+    pub turn_id: String,
+    pub kind: PendingKind,
+}
+
+/// Who waits for `createSession` to finish: the reply, the creator, its progress token.
+pub(crate) type StartReply = (
+    oneshot::Sender<Result<(), RpcError>>,
+    ConnRef,
+    Option<String>,
+);
+
+pub(crate) struct Actor {
+    pub inner: Arc<HostInner>,
+    pub uri: Arc<str>,
+    pub agent: Arc<dyn Agent>,
+    pub state: SessionState,
+    pub chats: HashMap<Arc<str>, Chat>,
+    pub default_chat: Arc<str>,
+    pub view: Arc<SharedSessionView>,
+    pub backend_tx: mpsc::UnboundedSender<BackendMsg>,
+    pub self_tx: mpsc::WeakSender<SessionMsg>,
+    pub pending: HashMap<String, Pending>,
+    pub allow_session: HashSet<String>,
+    pub title_locked: bool,
+    pub created_at: String,
+    pub working_directory: Option<std::path::PathBuf>,
+    pub start_reply: Option<StartReply>,
+    /// The `permissionMode` in force before VS Code's `autoApprove` first moved it.
+    pub saved_permission_mode: Option<Value>,
+    pub catalogue: Option<SessionSummary>,
+    pub closed: bool,
+}
+
+/// Reasonable upper bound on waiting for a backend's `close`.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether a reducer's `Applied` may still leave the state equal, so it must be compared.
+fn replace_style(action: &StateAction) -> bool {
+    matches!(
+        action,
+        StateAction::SessionTitleChanged(_)
+            | StateAction::SessionActiveClientSet(_)
+            | StateAction::SessionActiveClientRemoved(_)
+            | StateAction::SessionActivityChanged(_)
+            | StateAction::SessionIsReadChanged(_)
+            | StateAction::SessionIsArchivedChanged(_)
+            | StateAction::SessionConfigChanged(_)
+            | StateAction::SessionChatUpdated(_)
+            | StateAction::SessionMetaChanged(_)
+            | StateAction::SessionServerToolsChanged(_)
+            | StateAction::ChatDraftChanged(_)
+            | StateAction::ChatActivityChanged(_)
+            | StateAction::ChatIsReadChanged(_)
+            | StateAction::ChatIsArchivedChanged(_)
+            | StateAction::ChatToolCallReady(_)
+            | StateAction::ChatToolCallConfirmed(_)
+            | StateAction::ChatToolCallComplete(_)
+            | StateAction::ChatToolCallContentChanged(_)
+            | StateAction::ChatToolCallDelta(_)
+            | StateAction::ChatQueuedMessagesReordered(_)
+            | StateAction::ChatInputAnswerChanged(_)
+            | StateAction::ChatUsage(_)
+    )
+}
+
+fn changed<S: Clone + PartialEq>(
+    state: &mut S,
+    action: &StateAction,
+    reduce: fn(&mut S, &StateAction) -> ReduceOutcome,
+) -> Result<bool, ReduceOutcome> {
+    if replace_style(action) {
+        let before = state.clone();
+        match reduce(state, action) {
+            ReduceOutcome::Applied => Ok(*state != before),
+            other => Err(other),
+        }
+    } else {
+        match reduce(state, action) {
+            ReduceOutcome::Applied => Ok(true),
+            other => Err(other),
+        }
+    }
+}
+
+pub(crate) fn chat_summary_of(state: &ChatState) -> ChatSummary {
+    ChatSummary {
+        resource: state.resource.clone(),
+        title: state.title.clone(),
+        status: state.status,
+        activity: state.activity.clone(),
+        modified_at: state.modified_at.clone(),
+        changes: state.changes.clone(),
+        origin: state.origin.clone(),
+        movable: state.movable,
+        interactivity: state.interactivity,
+        working_directories: state.working_directories.clone(),
+    }
+}
+
+pub(crate) fn empty_chat(uri: &str, title: &str) -> ChatState {
+    ChatState {
+        resource: uri.to_owned(),
+        title: title.to_owned(),
+        status: SessionStatus::Idle.bits(),
+        activity: None,
+        modified_at: util::now_iso(),
+        changes: None,
+        origin: None,
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns: Vec::new(),
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: None,
+        queued_messages: None,
+        draft: None,
+        meta: None,
+    }
+}
+
+impl Actor {
+    pub(crate) fn new_chat(
+        &self,
+        uri: &str,
+        state: ChatState,
+        backend_id: String,
+        resume: bool,
+    ) -> Chat {
+        let uri: Arc<str> = Arc::from(uri);
+        Chat {
+            ctx: SessionContext::new(
+                self.backend_tx.clone(),
+                self.uri.to_string(),
+                uri.clone(),
+                self.view.clone(),
+            ),
+            uri,
+            state,
+            backend: Backend::None,
+            backend_id,
+            resume,
+            older: Vec::new(),
+            cursors: HashMap::new(),
+            coalescer: Coalescer::new(self.inner.options.delta_window),
+            replaced: HashSet::new(),
+        }
+    }
+
+    pub(crate) async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<SessionMsg>,
+        mut backend_rx: mpsc::UnboundedReceiver<BackendMsg>,
+    ) {
+        loop {
+            let deadline = self
+                .chats
+                .values()
+                .filter_map(|c| c.coalescer.deadline())
+                .min();
+            tokio::select! {
+                biased;
+                Some(msg) = backend_rx.recv() => self.on_backend(msg),
+                msg = rx.recv() => match msg {
+                    Some(msg) => {
+                        if self.on_msg(msg).await {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                _ = sleep_until_opt(deadline), if deadline.is_some() => self.flush_due(),
+            }
+        }
+    }
+
+    /// Handle one mailbox message; `true` ends the task.
+    async fn on_msg(&mut self, msg: SessionMsg) -> bool {
+        match msg {
+            SessionMsg::Start {
+                conn,
+                active_client,
+                progress,
+                reply,
+            } => self.start(conn, active_client, progress, reply),
+            SessionMsg::Subscribe {
+                conn,
+                channel,
+                reply,
+            } => {
+                let _ = reply.send(self.subscribe(conn, &channel));
+            }
+            SessionMsg::Snapshot { channel, reply } => {
+                self.flush_all();
+                let seq = self.inner.hub.current_seq();
+                let _ = reply.send(self.snapshot_at(&channel, seq));
+            }
+            SessionMsg::Dispatch {
+                conn,
+                channel,
+                client_seq,
+                action,
+            } => self.dispatch(conn, &channel, client_seq, action),
+            SessionMsg::Unsubscribed { client_id } | SessionMsg::ClientGone { client_id } => {
+                self.client_left(&client_id)
+            }
+            SessionMsg::CreateChat {
+                conn,
+                params,
+                reply,
+            } => self.create_chat(conn, *params, reply),
+            SessionMsg::DisposeChat { channel, reply } => {
+                let r = self.dispose_chat(&channel).await;
+                let _ = reply.send(r);
+            }
+            SessionMsg::FetchTurns {
+                channel,
+                cursor,
+                reply,
+            } => {
+                let _ = reply.send(self.fetch_turns(&channel, cursor));
+            }
+            SessionMsg::Completions { params, reply } => {
+                let items = match self.chats.get(params.channel.as_str()).map(|c| &c.backend) {
+                    Some(Backend::Ready(s)) => {
+                        s.completions(&params.kind, &params.text, params.offset)
+                    }
+                    _ => Vec::new(),
+                };
+                let _ = reply.send(items);
+            }
+            SessionMsg::Dispose { reply } => {
+                self.dispose().await;
+                let _ = reply.send(());
+                return true;
+            }
+            SessionMsg::BackendReady { chat, result } => self.backend_ready(chat, result),
+            SessionMsg::ClientToolTimeout { entry } => self.client_tool_timeout(&entry),
+        }
+        false
+    }
+
+    // ── state changes ───────────────────────────────────────────────────────────────────
+
+    /// Apply a session action; publish it when it changed the state.
+    pub(crate) fn apply_session(
+        &mut self,
+        action: &StateAction,
+        origin: Option<&ActionOrigin>,
+    ) -> bool {
+        match changed(&mut self.state, action, apply_action_to_session) {
+            Ok(true) => {
+                self.inner.hub.publish(&self.uri, action, origin);
+                self.sync_catalogue();
+                true
+            }
+            Ok(false) => false,
+            Err(outcome) => {
+                tracing::debug!(session = %self.uri, ?outcome, "a session action changed nothing");
+                false
+            }
+        }
+    }
+
+    /// Apply a chat action (after flushing coalesced deltas); publish it when it changed.
+    pub(crate) fn apply_chat(
+        &mut self,
+        chat: &Arc<str>,
+        action: &StateAction,
+        origin: Option<&ActionOrigin>,
+    ) -> bool {
+        self.flush_chat(chat);
+        self.apply_chat_now(chat, action, origin)
+    }
+
+    fn apply_chat_now(
+        &mut self,
+        chat: &Arc<str>,
+        action: &StateAction,
+        origin: Option<&ActionOrigin>,
+    ) -> bool {
+        let Some(slot) = self.chats.get_mut(chat) else {
+            return false;
+        };
+        match changed(&mut slot.state, action, apply_action_to_chat) {
+            Ok(true) => {
+                self.inner.hub.publish(chat, action, origin);
+                self.sync_chat_summary(chat);
+                true
+            }
+            Ok(false) => false,
+            Err(outcome) => {
+                tracing::debug!(chat = %chat, ?outcome, "a chat action changed nothing and was not published");
+                false
+            }
+        }
+    }
+
+    /// Keep `session.chats[]` and the session activity line in step with a chat's state.
+    fn sync_chat_summary(&mut self, chat: &Arc<str>) {
+        let Some(slot) = self.chats.get(chat) else {
+            return;
+        };
+        let now = chat_summary_of(&slot.state);
+        let Some(old) = self
+            .state
+            .chats
+            .iter()
+            .find(|c| c.resource == now.resource)
+            .cloned()
+        else {
+            return;
+        };
+        let mut changes = PartialChatSummary::default();
+        let mut any = false;
+        if old.title != now.title {
+            changes.title = Some(now.title.clone());
+            any = true;
+        }
+        if old.status != now.status {
+            changes.status = Some(now.status);
+            any = true;
+        }
+        if old.activity != now.activity {
+            changes.activity = now.activity.clone();
+            any = true;
+        }
+        if any && old.modified_at != now.modified_at {
+            changes.modified_at = Some(now.modified_at.clone());
+        }
+        let activity_changed = old.activity != now.activity && **chat == *self.default_chat;
+        if any {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction {
+                chat: chat.to_string(),
+                changes,
+            });
+            self.apply_session(&action, None);
+        }
+        if activity_changed {
+            let action = StateAction::SessionActivityChanged(SessionActivityChangedAction {
+                activity: now.activity,
+            });
+            self.apply_session(&action, None);
+        }
+    }
+
+    /// The catalogue row of this session (§7.18).
+    pub(crate) fn summary(&self) -> SessionSummary {
+        let default = self.chats.get(&self.default_chat).map(|c| &c.state);
+        let mut status = default
+            .map(|c| c.status & 0b1_1111)
+            .unwrap_or(SessionStatus::Idle.bits());
+        let mut activity = default.and_then(|c| c.activity.clone());
+        if let Some(c) = self.chats.values().find(|c| {
+            c.state.status & SessionStatus::InputNeeded.bits() == SessionStatus::InputNeeded.bits()
+        }) {
+            status = SessionStatus::InputNeeded.bits();
+            activity = c.state.activity.clone();
+        } else if self.chats.values().any(|c| {
+            c.state.active_turn.is_none()
+                && c.state
+                    .turns
+                    .last()
+                    .is_some_and(|t| t.state == TurnState::Error)
+        }) {
+            status = (status & !0b1_1111) | SessionStatus::Error.bits();
+        }
+        status |=
+            self.state.status & (SessionStatus::IsRead.bits() | SessionStatus::IsArchived.bits());
+        let modified_at = self
+            .chats
+            .values()
+            .map(|c| c.state.modified_at.clone())
+            .max()
+            .unwrap_or_else(|| self.created_at.clone());
+        SessionSummary {
+            provider: self.state.provider.clone(),
+            title: self.state.title.clone(),
+            status,
+            activity,
+            origin: None,
+            project: None,
+            working_directories: self.state.working_directories.clone(),
+            annotations: None,
+            resource: self.uri.to_string(),
+            created_at: self.created_at.clone(),
+            modified_at,
+            changes: None,
+            meta: None,
+            chats: Some(
+                self.state
+                    .chats
+                    .iter()
+                    .map(|c| SessionChatSummary {
+                        resource: c.resource.clone(),
+                        title: c.title.clone(),
+                        origin: c.origin.clone(),
+                        interactivity: c.interactivity,
+                        status: Some(c.status),
+                        changes: c.changes.clone(),
+                    })
+                    .collect(),
+            ),
+            default_chat: Some(self.default_chat.to_string()),
+        }
+    }
+
+    /// Publish `root/sessionSummaryChanged` when a catalogue field of this ready session moved.
+    pub(crate) fn sync_catalogue(&mut self) {
+        let Some(old) = self.catalogue.clone() else {
+            return;
+        };
+        let now = self.summary();
+        let mut changes = PartialSessionSummary::default();
+        let mut any = false;
+        if old.title != now.title {
+            changes.title = Some(now.title.clone());
+            any = true;
+        }
+        if old.status != now.status {
+            changes.status = Some(now.status);
+            any = true;
+        }
+        if old.activity != now.activity {
+            changes.activity = now.activity.clone();
+            any = true;
+        }
+        if old.modified_at != now.modified_at {
+            changes.modified_at = Some(now.modified_at.clone());
+            any = true;
+        }
+        if old.chats != now.chats {
+            changes.chats = now.chats.clone();
+            any = true;
+        }
+        if old.working_directories != now.working_directories {
+            changes.working_directories = now.working_directories.clone();
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        self.catalogue = Some(now.clone());
+        if let Ok(mut reg) = self.inner.registry.lock()
+            && let Some(e) = reg.sessions.get_mut(&*self.uri)
+        {
+            e.summary = Some(now);
+        }
+        let params = SessionSummaryChangedParams {
+            channel: root::ROOT.to_owned(),
+            session: self.uri.to_string(),
+            changes,
+        };
+        if let Ok(v) = serde_json::to_value(&params) {
+            self.inner
+                .hub
+                .notify(root::ROOT, "root/sessionSummaryChanged", &v);
+        }
+    }
+
+    // ── subscriptions and snapshots ─────────────────────────────────────────────────────
+
+    fn snapshot_at(&self, channel: &str, seq: u64) -> Option<Snapshot> {
+        let state = if channel == &*self.uri {
+            SnapshotState::Session(Box::new(self.state.clone()))
+        } else {
+            SnapshotState::Chat(Box::new(self.chats.get(channel)?.state.clone()))
+        };
+        Some(Snapshot {
+            resource: channel.to_owned(),
+            state,
+            from_seq: seq as i64,
+        })
+    }
+
+    fn subscribe(&mut self, conn: u64, channel: &str) -> Result<Snapshot, RpcError> {
+        if channel != &*self.uri && !self.chats.contains_key(channel) {
+            return Err(RpcError::session_not_found(channel));
+        }
+        // Pending merged deltas go out first so the snapshot and the stream agree.
+        self.flush_all();
+        let seq = self.inner.hub.subscribe(conn, channel);
+        self.snapshot_at(channel, seq)
+            .ok_or_else(|| RpcError::session_not_found(channel))
+    }
+
+    // ── creation ────────────────────────────────────────────────────────────────────────
+
+    fn start(
+        &mut self,
+        conn: ConnRef,
+        active_client: Option<SessionActiveClient>,
+        progress: Option<String>,
+        reply: oneshot::Sender<Result<(), RpcError>>,
+    ) {
+        if let Some(mut client) = active_client {
+            client.client_id = conn.client_id.clone();
+            self.set_active_client(client, None);
+        }
+        if let Some(token) = &progress {
+            self.progress(conn.id, token, 0);
+        }
+        self.start_reply = Some((reply, conn, progress));
+        let chat = self.default_chat.clone();
+        if let Some(slot) = self.chats.get_mut(&chat) {
+            slot.backend = Backend::Creating(Vec::new());
+        }
+        self.spawn_create(chat, None);
+    }
+
+    fn progress(&self, conn: u64, token: &str, done: i64) {
+        let params = serde_json::json!({
+            "channel": root::ROOT, "progressToken": token, "progress": done, "total": 1
+        });
+        self.inner.hub.send_to(
+            conn,
+            crate::hub::notification_frame("root/progress", &params),
+        );
+    }
+
+    pub(crate) fn spawn_create(&self, chat: Arc<str>, fork: Option<crate::agent::ForkFrom>) {
+        let Some(slot) = self.chats.get(&chat) else {
+            return;
+        };
+        let start = SessionStart {
+            session_uri: self.uri.to_string(),
+            chat_uri: chat.to_string(),
+            backend_id: slot.backend_id.clone(),
+            resume: slot.resume.then(|| slot.backend_id.clone()),
+            fork,
+            working_directory: self.working_directory.clone(),
+            additional_directories: Vec::new(),
+            settings: self
+                .view
+                .settings
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
+            ctx: slot.ctx.clone(),
+        };
+        let agent = self.agent.clone();
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let job = tokio::spawn(async move { agent.create(start).await });
+            let result = match job.await {
+                Ok(r) => r,
+                Err(_) => Err(AgentError::Failed(
+                    "the agent failed while opening the session".into(),
+                )),
+            };
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(SessionMsg::BackendReady { chat, result }).await;
+            }
+        });
+    }
+
+    fn backend_ready(&mut self, chat: Arc<str>, result: Result<Box<dyn Session>, AgentError>) {
+        if self.closed {
+            if let Ok(mut s) = result {
+                tokio::spawn(async move { s.close().await });
+            }
+            return;
+        }
+        let is_start = self.start_reply.is_some() && chat == self.default_chat;
+        match result {
+            Ok(session) => {
+                let queued = match self.chats.get_mut(&chat) {
+                    Some(slot) => {
+                        match std::mem::replace(&mut slot.backend, Backend::Ready(session)) {
+                            Backend::Creating(q) => q,
+                            _ => Vec::new(),
+                        }
+                    }
+                    None => {
+                        let mut s = session;
+                        tokio::spawn(async move { s.close().await });
+                        return;
+                    }
+                };
+                if is_start {
+                    self.finish_start(Ok(()));
+                }
+                for turn in queued {
+                    self.begin(&chat, turn);
+                }
+            }
+            Err(err) => {
+                let queued = match self.chats.get_mut(&chat) {
+                    Some(slot) => match std::mem::replace(&mut slot.backend, Backend::None) {
+                        Backend::Creating(q) => q,
+                        _ => Vec::new(),
+                    },
+                    None => Vec::new(),
+                };
+                if is_start {
+                    self.finish_start(Err(err));
+                    return;
+                }
+                for turn in queued {
+                    self.fail_turn(&chat, &turn.turn_id, "internal", &err.to_string());
+                }
+            }
+        }
+    }
+
+    fn finish_start(&mut self, result: Result<(), AgentError>) {
+        let Some((reply, conn, progress)) = self.start_reply.take() else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.apply_session(&StateAction::SessionReady(SessionReadyAction {}), None);
+                let summary = self.summary();
+                self.catalogue = Some(summary.clone());
+                let count = {
+                    let mut reg = self
+                        .inner
+                        .registry
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if let Some(e) = reg.sessions.get_mut(&*self.uri) {
+                        e.summary = Some(summary.clone());
+                    }
+                    reg.live_count()
+                };
+                let added = SessionAddedParams {
+                    channel: root::ROOT.to_owned(),
+                    summary,
+                };
+                if let Ok(v) = serde_json::to_value(&added) {
+                    self.inner.hub.notify(root::ROOT, "root/sessionAdded", &v);
+                }
+                root::publish_active_sessions(&self.inner, count);
+                if let Some(token) = &progress {
+                    self.progress(conn.id, token, 1);
+                }
+                let _ = reply.send(Ok(()));
+            }
+            Err(err) => {
+                let (error_type, rpc) = match &err {
+                    AgentError::Refused(m) => ("refused", RpcError::invalid_params(m.clone())),
+                    other => ("failed", RpcError::internal(other.to_string())),
+                };
+                let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
+                    error: ErrorInfo {
+                        error_type: error_type.into(),
+                        message: err.to_string(),
+                        stack: None,
+                        meta: None,
+                    },
+                });
+                self.apply_session(&action, None);
+                if let Some(token) = &progress {
+                    self.progress(conn.id, token, 1);
+                }
+                let _ = reply.send(Err(rpc));
+            }
+        }
+    }
+
+    // ── disposal ────────────────────────────────────────────────────────────────────────
+
+    async fn dispose(&mut self) {
+        self.closed = true;
+        let keys: Vec<String> = self.pending.keys().cloned().collect();
+        for k in keys {
+            self.settle(&k, "The session was closed before anyone answered.");
+        }
+        let chats: Vec<Arc<str>> = self.chats.keys().cloned().collect();
+        for chat in chats {
+            if let Some(slot) = self.chats.get_mut(&chat) {
+                slot.ctx.mark_closed();
+                if let Backend::Ready(mut s) = std::mem::replace(&mut slot.backend, Backend::None) {
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, s.close()).await;
+                }
+            }
+            self.inner.hub.drop_channel(&chat);
+        }
+        self.inner.hub.drop_channel(&self.uri);
+    }
+
+    async fn dispose_chat(&mut self, channel: &str) -> Result<(), RpcError> {
+        if channel == &*self.default_chat {
+            return Err(RpcError::invalid_params(
+                "the default chat lives as long as its session and cannot be disposed",
+            ));
+        }
+        let Some(mut slot) = self.chats.remove(channel) else {
+            return Err(RpcError::session_not_found(channel));
+        };
+        let keys: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| &*p.chat == channel)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.settle(&k, "The chat was closed before anyone answered.");
+        }
+        slot.ctx.mark_closed();
+        if let Backend::Ready(mut s) = std::mem::replace(&mut slot.backend, Backend::None) {
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, s.close()).await;
+        }
+        if let Ok(mut reg) = self.inner.registry.lock() {
+            reg.chats.remove(channel);
+        }
+        self.inner.hub.drop_channel(channel);
+        let action = StateAction::SessionChatRemoved(SessionChatRemovedAction {
+            chat: channel.to_owned(),
+        });
+        self.apply_session(&action, None);
+        Ok(())
+    }
+
+    // ── backend calls, contained ────────────────────────────────────────────────────────
+
+    /// Run a backend member; a panic ends the chat's turn with an internal error and drops
+    /// the backend so it is reopened on the next turn.
+    pub(crate) fn with_backend<R>(
+        &mut self,
+        chat: &Arc<str>,
+        f: impl FnOnce(&mut dyn Session) -> R,
+    ) -> Option<R> {
+        let slot = self.chats.get_mut(chat)?;
+        let Backend::Ready(session) = &mut slot.backend else {
+            return None;
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| f(session.as_mut()))) {
+            Ok(r) => Some(r),
+            Err(_) => {
+                tracing::error!(chat = %chat, "the backend panicked; the chat's turn ends with an internal error");
+                slot.backend = Backend::None;
+                slot.resume = true;
+                let turn = slot.state.active_turn.as_ref().map(|t| t.id.clone());
+                if let Some(turn) = turn {
+                    self.fail_turn(
+                        chat,
+                        &turn,
+                        "internal",
+                        "The agent failed unexpectedly while running this turn.",
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Hand a turn to the chat's backend, opening the backend first when needed.
+    pub(crate) fn begin(&mut self, chat: &Arc<str>, turn: TurnRequest) {
+        let Some(slot) = self.chats.get_mut(chat) else {
+            return;
+        };
+        slot.ctx.set_turn_client(turn.client_id.clone());
+        match &mut slot.backend {
+            Backend::Ready(_) => {
+                self.with_backend(chat, |s| s.begin(turn));
+            }
+            Backend::Creating(q) => q.push(turn),
+            Backend::None => {
+                slot.backend = Backend::Creating(vec![turn]);
+                self.spawn_create(chat.clone(), None);
+            }
+        }
+    }
+
+    /// End a turn with `chat/error` from the host.
+    pub(crate) fn fail_turn(
+        &mut self,
+        chat: &Arc<str>,
+        turn_id: &str,
+        error_type: &str,
+        message: &str,
+    ) {
+        let duration = self
+            .chats
+            .get(chat)
+            .and_then(|c| c.state.active_turn.as_ref())
+            .filter(|t| t.id == turn_id)
+            .and_then(|t| util::millis_since(&t.started_at))
+            .unwrap_or(0)
+            .max(0);
+        let action = StateAction::ChatError(ChatErrorAction {
+            turn_id: turn_id.to_owned(),
+            duration,
+            part: ErrorResponsePart {
+                error: ErrorInfo {
+                    error_type: error_type.to_owned(),
+                    message: message.to_owned(),
+                    stack: None,
+                    meta: None,
+                },
+                resumable: None,
+            },
+            meta: None,
+        });
+        self.apply_chat(chat, &action, None);
+        self.turn_ended(chat, turn_id, true);
+    }
+
+    // ── coalescing ──────────────────────────────────────────────────────────────────────
+
+    fn flush_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Arc<str>> = self
+            .chats
+            .iter()
+            .filter(|(_, c)| c.coalescer.deadline().is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for chat in due {
+            self.flush_chat(&chat);
+        }
+    }
+
+    pub(crate) fn flush_chat(&mut self, chat: &Arc<str>) {
+        let merged = match self.chats.get_mut(chat) {
+            Some(slot) => slot.coalescer.take(),
+            None => None,
+        };
+        if let Some(action) = merged {
+            self.apply_chat_now(chat, &action, None);
+        }
+    }
+
+    pub(crate) fn flush_all(&mut self) {
+        let chats: Vec<Arc<str>> = self.chats.keys().cloned().collect();
+        for chat in chats {
+            self.flush_chat(&chat);
+        }
+    }
+
+    /// A delta from the backend: published at once or merged, per the coalescing window.
+    pub(crate) fn delta(&mut self, chat: &Arc<str>, action: StateAction) {
+        let Some(slot) = self.chats.get_mut(chat) else {
+            return;
+        };
+        match slot.coalescer.offer(action) {
+            crate::coalesce::Offer::PublishNow(actions) => {
+                for a in actions {
+                    self.apply_chat_now(chat, &a, None);
+                }
+            }
+            crate::coalesce::Offer::Held => {}
+        }
+    }
+
+    // ── settings ────────────────────────────────────────────────────────────────────────
+
+    pub(crate) fn settings(&self) -> JsonObject {
+        self.state
+            .config
+            .as_ref()
+            .map(|c| c.values.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn refresh_settings_view(&self) {
+        if let Ok(mut s) = self.view.settings.lock() {
+            *s = self.settings();
+        }
+    }
+
+    pub(crate) fn refresh_client_tools(&self) {
+        let tools: Vec<(String, ToolDefinition)> = self
+            .state
+            .active_clients
+            .iter()
+            .flat_map(|c| {
+                c.tools
+                    .iter()
+                    .map(move |t| (c.client_id.clone(), t.clone()))
+            })
+            .collect();
+        if let Ok(mut slot) = self.view.client_tools.lock() {
+            *slot = tools;
+        }
+    }
+
+    pub(crate) fn set_active_client(
+        &mut self,
+        client: SessionActiveClient,
+        origin: Option<&ActionOrigin>,
+    ) -> bool {
+        let action = StateAction::SessionActiveClientSet(SessionActiveClientSetAction {
+            active_client: client,
+        });
+        let changed = self.apply_session(&action, origin);
+        self.refresh_client_tools();
+        changed
+    }
+
+    /// A client stopped watching or its grace ran out: remove it from `activeClients` and fail
+    /// its running client-tool calls.
+    fn client_left(&mut self, client_id: &str) {
+        if self
+            .state
+            .active_clients
+            .iter()
+            .any(|c| c.client_id == client_id)
+        {
+            let action =
+                StateAction::SessionActiveClientRemoved(SessionActiveClientRemovedAction {
+                    client_id: client_id.to_owned(),
+                });
+            self.apply_session(&action, None);
+            self.refresh_client_tools();
+        }
+        let entries: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(&p.kind, PendingKind::ClientTool { client_id: c, .. } if c == client_id))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in entries {
+            self.settle(
+                &k,
+                &format!("The client {client_id} that runs this tool is no longer here."),
+            );
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,343 @@
+//! Starting session tasks: for `createSession`, and for a past conversation opened from the
+//! catalogue by subscribing to it. Also disposal, which removes a session everywhere.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use ahp_types::commands::CreateSessionParams;
+use ahp_types::notifications::SessionRemovedParams;
+use ahp_types::state::*;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::actor::{Actor, chat_summary_of, empty_chat};
+use crate::agent::{Agent, SharedSessionView};
+use crate::error::{RpcError, codes};
+use crate::host::HostInner;
+use crate::root;
+use crate::session::{ConnRef, MAILBOX, SessionEntry, SessionMsg, backend_id_of};
+use crate::util;
+
+struct Init {
+    uri: String,
+    agent: Arc<dyn Agent>,
+    backend_id: String,
+    title: String,
+    status: u32,
+    lifecycle: SessionLifecycle,
+    config: SessionConfigState,
+    working_directories: Option<Vec<String>>,
+    working_directory: Option<std::path::PathBuf>,
+    created_at: String,
+    turns: Vec<Turn>,
+    resume: bool,
+    ready: bool,
+}
+
+/// Build the actor, register it, and start its task. Fails when the URI is taken.
+fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
+    let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+    if reg.sessions.contains_key(&init.uri) {
+        return Err(RpcError::new(
+            codes::SESSION_ALREADY_EXISTS,
+            format!("a session already exists at {}", init.uri),
+        ));
+    }
+    let (tx, rx) = mpsc::channel(MAILBOX);
+    let (btx, brx) = mpsc::unbounded_channel();
+    let default_chat = util::default_chat_uri(&init.uri);
+    let view = Arc::new(SharedSessionView {
+        credentials: inner.credentials.clone(),
+        ..SharedSessionView::default()
+    });
+    let descriptor = init.agent.descriptor();
+    let mut chat_state = empty_chat(&default_chat, &init.title);
+    if let Some(last) = init.turns.last() {
+        chat_state.modified_at = last
+            .started_at
+            .clone()
+            .unwrap_or_else(|| init.created_at.clone());
+    }
+    let page = inner.options.turns_page.max(1);
+    let mut turns = init.turns;
+    let loaded = turns.split_off(turns.len().saturating_sub(page));
+    chat_state.turns = loaded;
+    let state = SessionState {
+        provider: descriptor.provider.clone(),
+        title: init.title.clone(),
+        status: init.status,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: init.working_directories.clone(),
+        annotations: None,
+        lifecycle: init.lifecycle,
+        creation_error: None,
+        server_tools: None,
+        active_clients: Vec::new(),
+        chats: vec![chat_summary_of(&chat_state)],
+        default_chat: Some(default_chat.clone()),
+        config: Some(init.config.clone()),
+        customizations: None,
+        changesets: None,
+        input_needed: None,
+        meta: None,
+    };
+    if let Ok(mut s) = view.settings.lock() {
+        *s = init.config.values.clone();
+    }
+    let mut actor = Actor {
+        inner: inner.clone(),
+        uri: Arc::from(init.uri.as_str()),
+        agent: init.agent,
+        state,
+        chats: HashMap::new(),
+        default_chat: Arc::from(default_chat.as_str()),
+        view,
+        backend_tx: btx,
+        self_tx: tx.downgrade(),
+        pending: HashMap::new(),
+        allow_session: HashSet::new(),
+        title_locked: false,
+        created_at: init.created_at,
+        working_directory: init.working_directory,
+        start_reply: None,
+        saved_permission_mode: None,
+        catalogue: None,
+        closed: false,
+    };
+    let mut chat = actor.new_chat(
+        &default_chat,
+        chat_state,
+        init.backend_id.clone(),
+        init.resume,
+    );
+    if !turns.is_empty() {
+        let cursor = uuid::Uuid::new_v4().to_string();
+        chat.cursors.insert(cursor.clone(), false);
+        chat.state.turns_next_cursor = Some(cursor);
+        chat.older = turns;
+    }
+    actor.chats.insert(chat.uri.clone(), chat);
+    if init.ready {
+        actor.catalogue = Some(actor.summary());
+    }
+    reg.sessions.insert(
+        init.uri.clone(),
+        SessionEntry {
+            tx: tx.clone(),
+            provider: descriptor.provider,
+            backend_id: init.backend_id,
+            summary: actor.catalogue.clone(),
+        },
+    );
+    reg.chats.insert(default_chat, init.uri);
+    drop(reg);
+    tokio::spawn(actor.run(rx, brx));
+    Ok(tx)
+}
+
+/// `createSession` (§7.1); resolves when the backend answered.
+pub(crate) async fn create(
+    inner: &Arc<HostInner>,
+    conn: ConnRef,
+    p: CreateSessionParams,
+) -> Result<(), RpcError> {
+    let uri = p.channel.clone();
+    let scheme = uri.split_once(':').map(|(s, _)| s).unwrap_or("");
+    if scheme.is_empty()
+        || scheme.contains('/')
+        || scheme == "ahp-root"
+        || scheme == "ahp-chat"
+        || scheme.starts_with("x-")
+    {
+        return Err(RpcError::invalid_params(format!(
+            "{uri} cannot name a session: use <scheme>:<id> with a scheme other than ahp-root, ahp-chat or x-"
+        )));
+    }
+    let agent = inner
+        .agent(p.provider.as_deref())
+        .ok_or_else(|| match &p.provider {
+            Some(name) => RpcError::new(
+                codes::PROVIDER_NOT_FOUND,
+                format!("no agent has the provider id {name}"),
+            ),
+            None => RpcError::new(codes::PROVIDER_NOT_FOUND, "this host has no agents"),
+        })?;
+    let dirs = p.working_directories.clone().unwrap_or_default();
+    let mut paths = Vec::new();
+    for d in &dirs {
+        paths.push(util::path_of(d).ok_or_else(|| {
+            RpcError::invalid_params(format!("workingDirectories: {d} is not a file: URI"))
+        })?);
+    }
+    let working_directory = paths.first().cloned();
+    let (schema, values) = crate::config::resolve(
+        agent.as_ref(),
+        working_directory.as_deref(),
+        p.config.as_ref(),
+    )?;
+    let title = format!("{} session", agent.descriptor().display_name);
+    let init = Init {
+        backend_id: backend_id_of(&uri).unwrap_or_default(),
+        uri: uri.clone(),
+        agent,
+        title,
+        status: SessionStatus::Idle.bits(),
+        lifecycle: SessionLifecycle::Creating,
+        config: SessionConfigState { schema, values },
+        working_directories: (!dirs.is_empty()).then_some(dirs),
+        working_directory,
+        created_at: util::now_iso(),
+        turns: Vec::new(),
+        resume: false,
+        ready: false,
+    };
+    let tx = spawn(inner, init)?;
+    let (reply, rx) = oneshot::channel();
+    tx.send(SessionMsg::Start {
+        conn,
+        active_client: p.active_client,
+        progress: p.progress_token,
+        reply,
+    })
+    .await
+    .map_err(|_| RpcError::internal("the session stopped while starting"))?;
+    rx.await
+        .map_err(|_| RpcError::internal("the session stopped while starting"))?
+}
+
+/// Open a past conversation named by a session URI (or a default chat URI of one). Returns
+/// the live channel URI it opened under; `-32001` when nothing answers to it.
+pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<String, RpcError> {
+    let session_uri =
+        crate::session::default_chat_owner(channel).unwrap_or_else(|| channel.to_owned());
+    let Some((scheme, _)) = session_uri.split_once(':') else {
+        return Err(RpcError::session_not_found(channel));
+    };
+    let id = backend_id_of(&session_uri).unwrap_or_default();
+    if id.is_empty() {
+        return Err(RpcError::session_not_found(channel));
+    }
+    // Another spelling of a live session is refused with the live URI.
+    {
+        let reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if reg.sessions.contains_key(&session_uri) {
+            return Ok(session_uri);
+        }
+        if let Some((live, _)) = reg
+            .sessions
+            .iter()
+            .find(|(_, e)| e.backend_id == id && (scheme == "ahp-session" || e.provider == scheme))
+        {
+            return Err(RpcError::session_not_found(channel)
+                .with_data(serde_json::json!({"liveUri": live})))
+            .map_err(|e| RpcError {
+                message: format!("{channel} is open as {live}; use that URI"),
+                ..e
+            });
+        }
+    }
+    let agents = inner.agents();
+    let candidates: Vec<_> = if scheme == "ahp-session" {
+        agents
+    } else {
+        agents
+            .into_iter()
+            .filter(|a| a.descriptor().provider == scheme)
+            .collect()
+    };
+    for agent in candidates {
+        let Some(row) = agent.find(&id).await else {
+            continue;
+        };
+        let turns = agent.transcript(&id).await.unwrap_or_default();
+        let dir = row
+            .working_directories
+            .first()
+            .and_then(|d| util::path_of(d));
+        let (schema, values) = crate::config::resolve(agent.as_ref(), dir.as_deref(), None)?;
+        let init = Init {
+            uri: session_uri.clone(),
+            backend_id: id.clone(),
+            title: row.title.clone(),
+            status: SessionStatus::Idle.bits(),
+            lifecycle: SessionLifecycle::Ready,
+            config: SessionConfigState { schema, values },
+            working_directories: (!row.working_directories.is_empty())
+                .then(|| row.working_directories.clone()),
+            working_directory: dir,
+            created_at: row.created_at.clone(),
+            turns,
+            resume: true,
+            ready: true,
+            agent,
+        };
+        return match spawn(inner, init) {
+            Ok(_) => Ok(session_uri),
+            // Opened meanwhile by another request: use it.
+            Err(e) if e.code == codes::SESSION_ALREADY_EXISTS => Ok(session_uri),
+            Err(e) => Err(e),
+        };
+    }
+    Err(RpcError::session_not_found(channel))
+}
+
+/// `disposeSession` (§7.4).
+pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), RpcError> {
+    let entry = {
+        let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+        match reg.sessions.remove(uri) {
+            Some(e) => {
+                reg.chats.retain(|_, s| s != uri);
+                Some(e)
+            }
+            None => None,
+        }
+    };
+    let (provider, backend_id, was_live) = match entry {
+        Some(e) => {
+            let (reply, rx) = oneshot::channel();
+            if e.tx.send(SessionMsg::Dispose { reply }).await.is_ok() {
+                let _ = rx.await;
+            }
+            (e.provider, e.backend_id, e.summary.is_some())
+        }
+        None => {
+            // A past session from the catalogue.
+            let scheme = uri
+                .split_once(':')
+                .map(|(s, _)| s.to_owned())
+                .unwrap_or_default();
+            let id = backend_id_of(uri).unwrap_or_default();
+            let agent = inner
+                .agent(Some(&scheme))
+                .ok_or_else(|| RpcError::session_not_found(uri))?;
+            if agent.find(&id).await.is_none() {
+                return Err(RpcError::session_not_found(uri));
+            }
+            (scheme, id, false)
+        }
+    };
+    if let Some(agent) = inner.agent(Some(&provider)) {
+        match agent.delete(&backend_id).await {
+            Ok(()) | Err(crate::agent::AgentError::Unsupported) => {}
+            Err(e) => {
+                return Err(RpcError::internal(format!(
+                    "the agent could not delete the conversation: {e}"
+                )));
+            }
+        }
+    }
+    let removed = SessionRemovedParams {
+        channel: root::ROOT.to_owned(),
+        session: uri.to_owned(),
+    };
+    if let Ok(v) = serde_json::to_value(&removed) {
+        inner.hub.notify(root::ROOT, "root/sessionRemoved", &v);
+    }
+    if was_live {
+        let count = inner.registry.lock().map(|r| r.live_count()).unwrap_or(0);
+        root::publish_active_sessions(inner, count);
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! Traits the daemon loads compiled-in plugins through. The loading itself (options, vault,
+//! schema checks) belongs to the daemon; this module only fixes the shapes.
+
+use std::sync::Arc;
+
+use ahp_types::common::JsonObject;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::agent::{Agent, Secret};
+
+/// Whether a plugin's options are enough to run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// The plugin can run.
+    Ready,
+    /// Something is missing; the reason is one line for the person.
+    Unconfigured(String),
+}
+
+/// Why a plugin's `apply` failed, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PluginError(pub String);
+
+/// A plugin compiled into the daemon.
+#[async_trait]
+pub trait Plugin: Send + Sync {
+    /// The package name, e.g. `@ahpd/agent-cofold`.
+    fn name(&self) -> &str;
+    /// A short title, e.g. `Cofold`.
+    fn title(&self) -> &str;
+    /// The options every user starts from.
+    fn defaults(&self) -> Value;
+    /// JSON Schema (draft 2020-12) of the options.
+    fn options_schema(&self) -> Value;
+    /// A side-effect-free readiness check of resolved options.
+    fn check(&self, options: &Value) -> Readiness;
+    /// Register engines and agents; runs once before the host starts.
+    async fn apply(&self, options: Value, registrar: &mut dyn Registrar)
+    -> Result<(), PluginError>;
+}
+
+/// What a plugin registers into.
+pub trait Registrar: Send {
+    /// Register an engine that turns agent records into agents.
+    fn engine(&mut self, engine: Arc<dyn Engine>);
+    /// Register a fixed agent.
+    fn agent(&mut self, agent: Arc<dyn Agent>);
+}
+
+/// Reads secrets from the daemon's vault, fresh on every call.
+pub trait SecretReader: Send + Sync {
+    /// The value of a secret, or one line saying why it cannot be read.
+    fn read(&self, name: &str) -> Result<Secret, String>;
+}
+
+/// An agent record (`x-ahpd-agents`): which engine runs it and with what configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRecord {
+    /// Provider id and URI scheme of the agent's sessions.
+    pub id: String,
+    /// The engine that runs it.
+    pub engine: String,
+    /// `host`, `team:<team>` or `user:<id>`.
+    pub owner: String,
+    /// Display name.
+    pub name: String,
+    /// One line about the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// An icon reference for clients that show one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    /// The model used when a turn names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The engine's own fields.
+    #[serde(default)]
+    pub config: JsonObject,
+}
+
+/// Turns agent records into agents.
+pub trait Engine: Send + Sync {
+    /// The engine name records refer to, e.g. `cofold`.
+    fn name(&self) -> &str;
+    /// JSON Schema of a record's `config`, shown to clients.
+    fn record_schema(&self) -> Value;
+    /// `config` keys only host-owned records may set.
+    fn host_only_fields(&self) -> Vec<String>;
+    /// The `config` a new record starts from.
+    fn template(&self) -> JsonObject;
+    /// The engine's full check of a record's `config`; the error is one line naming
+    /// `config.<key>`.
+    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), String>;
+    /// Build the agent for a record.
+    fn agent(
+        &self,
+        record: &AgentRecord,
+        plugin_options: &Value,
+        secrets: Arc<dyn SecretReader>,
+    ) -> Result<Arc<dyn Agent>, String>;
+}

@@ -1,0 +1,480 @@
+//! Test helpers (feature `testing`): the scripted backend [`ScriptedAgent`], and a
+//! [`Mirror`] that rebuilds channel states from snapshots and envelopes with the official
+//! reducers, as a client does.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session};
+use ahp_types::actions::*;
+use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::state::*;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::agent::*;
+
+pub use crate::transport::memory::{MemoryClient, pair};
+
+/// Channel states rebuilt the way a client does.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Mirror {
+    /// The root state, once a root snapshot arrived.
+    pub root: Option<RootState>,
+    /// Session states by URI.
+    pub sessions: HashMap<String, SessionState>,
+    /// Chat states by URI.
+    pub chats: HashMap<String, ChatState>,
+}
+
+impl Mirror {
+    /// Take a snapshot's state as the channel's state.
+    pub fn apply_snapshot(&mut self, snap: &Snapshot) {
+        match &snap.state {
+            SnapshotState::Root(r) => self.root = Some((**r).clone()),
+            SnapshotState::Session(s) => {
+                self.sessions.insert(snap.resource.clone(), (**s).clone());
+            }
+            SnapshotState::Chat(c) => {
+                self.chats.insert(snap.resource.clone(), (**c).clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// Apply an envelope with the reducers; rejections are skipped. Returns whether the
+    /// channel is known to the mirror.
+    pub fn apply(&mut self, env: &ActionEnvelope) -> bool {
+        if env.rejection_reason.is_some() {
+            return true;
+        }
+        if env.channel == ahp_types::ROOT_RESOURCE_URI {
+            if let Some(r) = self.root.as_mut() {
+                apply_action_to_root(r, &env.action);
+                return true;
+            }
+            return false;
+        }
+        if let Some(s) = self.sessions.get_mut(&env.channel) {
+            apply_action_to_session(s, &env.action);
+            return true;
+        }
+        if let Some(c) = self.chats.get_mut(&env.channel) {
+            apply_action_to_chat(c, &env.action);
+            return true;
+        }
+        false
+    }
+}
+
+/// One stored conversation of the scripted agent.
+#[derive(Debug, Clone, Default)]
+struct Stored {
+    title: String,
+    turns: Vec<Turn>,
+}
+
+/// A backend driven by the message text, for tests. Provider `mock`.
+///
+/// Scripts (the turn's message text): `reason` (reasoning then a reply), `tool` (a tool that
+/// runs), `ask` (a tool that asks approval), `question` (asks one required question),
+/// `error` (a resumable error; resuming succeeds), `hang` (runs until cancelled), `panic`
+/// (panics in `begin`), `deltas:<n>` (`n` one-character deltas); anything else is answered in
+/// five chunks.
+#[derive(Clone, Default)]
+pub struct ScriptedAgent {
+    store: Arc<Mutex<HashMap<String, Stored>>>,
+}
+
+impl std::fmt::Debug for ScriptedAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedAgent").finish_non_exhaustive()
+    }
+}
+
+fn text_message(text: &str) -> Message {
+    Message {
+        text: text.to_owned(),
+        origin: MessageOrigin {
+            kind: MessageKind::User,
+        },
+        attachments: None,
+        model: None,
+        agent: None,
+        meta: None,
+    }
+}
+
+impl ScriptedAgent {
+    /// An agent with an empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Store a past conversation of `turns` complete turns under `id`.
+    pub fn with_history(self, id: &str, turns: usize) -> Self {
+        let turns = (0..turns)
+            .map(|i| Turn {
+                id: format!("old-{i}"),
+                started_at: Some(format!("2026-01-01T00:00:{:02}.000Z", i % 60)),
+                duration: Some(5),
+                message: text_message(&format!("question {i}")),
+                response_parts: vec![ResponsePart::Markdown(MarkdownResponsePart {
+                    id: format!("p{i}"),
+                    content: format!("answer {i}"),
+                })],
+                usage: None,
+                state: TurnState::Complete,
+            })
+            .collect();
+        if let Ok(mut s) = self.store.lock() {
+            s.insert(
+                id.to_owned(),
+                Stored {
+                    title: format!("Past {id}"),
+                    turns,
+                },
+            );
+        }
+        self
+    }
+}
+
+fn prop(title: &str, values: &[&str], mutable: bool) -> SessionConfigPropertySchema {
+    SessionConfigPropertySchema {
+        r#type: "string".into(),
+        title: title.into(),
+        description: None,
+        default: values.first().map(|v| Value::from(*v)),
+        r#enum: (!values.is_empty()).then(|| values.iter().map(|v| Value::from(*v)).collect()),
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+        enum_dynamic: None,
+        session_mutable: mutable.then_some(true),
+    }
+}
+
+#[async_trait]
+impl Agent for ScriptedAgent {
+    fn descriptor(&self) -> AgentDescriptor {
+        let mut d = AgentDescriptor::new("mock", "Mock");
+        d.description = "A scripted agent for tests".into();
+        d.capabilities = Some(AgentCapabilities {
+            multiple_chats: Some(MultipleChatsCapability::default()),
+            multiple_working_directories: None,
+        });
+        d
+    }
+
+    fn config_schema(&self, _dir: Option<&Path>) -> SessionConfigSchema {
+        let mut properties = HashMap::new();
+        properties.insert(
+            "permissionMode".into(),
+            prop(
+                "Permission mode",
+                &["default", "acceptEdits", "plan", "bypassPermissions"],
+                true,
+            ),
+        );
+        properties.insert("model".into(), prop("Model", &[], false));
+        SessionConfigSchema {
+            r#type: "object".into(),
+            properties,
+            required: None,
+        }
+    }
+
+    fn config_defaults(&self, _dir: Option<&Path>) -> JsonObject {
+        let mut o = JsonObject::new();
+        o.insert("permissionMode".into(), Value::from("default"));
+        o
+    }
+
+    fn validate_config(&self, values: &JsonObject) -> Result<(), Refusal> {
+        match values.get("permissionMode").and_then(Value::as_str) {
+            None | Some("default" | "acceptEdits" | "plan" | "bypassPermissions") => Ok(()),
+            Some(other) => Err(Refusal::new(format!("permissionMode cannot be {other}"))),
+        }
+    }
+
+    async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
+        if let Some(dir) = &start.working_directory
+            && !dir.is_dir()
+        {
+            return Err(AgentError::Refused(format!(
+                "{} is not a folder",
+                dir.display()
+            )));
+        }
+        Ok(Box::new(ScriptedSession {
+            id: start.backend_id,
+            ctx: start.ctx,
+            runs: HashMap::new(),
+            store: self.store.clone(),
+        }))
+    }
+
+    async fn list(&self) -> Vec<PastSession> {
+        let s = self.store.lock().map(|s| s.clone()).unwrap_or_default();
+        s.into_iter()
+            .map(|(id, st)| PastSession {
+                id,
+                title: st.title,
+                created_at: "2026-01-01T00:00:00.000Z".into(),
+                modified_at: "2026-01-01T00:00:00.000Z".into(),
+                working_directories: Vec::new(),
+            })
+            .collect()
+    }
+
+    async fn transcript(&self, id: &str) -> Option<Vec<Turn>> {
+        self.store.lock().ok()?.get(id).map(|s| s.turns.clone())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), AgentError> {
+        if let Ok(mut s) = self.store.lock() {
+            s.remove(id);
+        }
+        Ok(())
+    }
+}
+
+struct ScriptedSession {
+    id: String,
+    ctx: SessionContext,
+    runs: HashMap<String, tokio::task::JoinHandle<()>>,
+    store: Arc<Mutex<HashMap<String, Stored>>>,
+}
+
+fn md(turn: &str, part: &str) -> StateAction {
+    StateAction::ChatResponsePart(ChatResponsePartAction {
+        turn_id: turn.into(),
+        part: ResponsePart::Markdown(MarkdownResponsePart {
+            id: part.into(),
+            content: String::new(),
+        }),
+        meta: None,
+    })
+}
+
+fn delta(turn: &str, part: &str, text: &str) -> StateAction {
+    StateAction::ChatDelta(ChatDeltaAction {
+        turn_id: turn.into(),
+        part_id: part.into(),
+        content: text.into(),
+        meta: None,
+    })
+}
+
+fn complete(turn: &str) -> StateAction {
+    StateAction::ChatTurnComplete(ChatTurnCompleteAction {
+        turn_id: turn.into(),
+        duration: 3,
+        meta: None,
+    })
+}
+
+fn tool_start(turn: &str, id: &str) -> StateAction {
+    StateAction::ChatToolCallStart(ChatToolCallStartAction {
+        turn_id: turn.into(),
+        tool_call_id: id.into(),
+        meta: None,
+        tool_name: "shell".into(),
+        display_name: "Shell".into(),
+        intention: None,
+        contributor: None,
+    })
+}
+
+fn tool_done(turn: &str, id: &str) -> StateAction {
+    StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+        turn_id: turn.into(),
+        tool_call_id: id.into(),
+        meta: None,
+        result: ToolCallResult {
+            success: true,
+            past_tense_message: StringOrMarkdown::Plain("Ran the command".into()),
+            content: None,
+            structured_content: None,
+            error: None,
+        },
+        requires_result_confirmation: None,
+    })
+}
+
+async fn run_script(ctx: SessionContext, turn: String, text: String, resumed: bool) {
+    let t = turn.as_str();
+    match text.as_str() {
+        "reason" => {
+            ctx.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
+                turn_id: t.into(),
+                part: ResponsePart::Reasoning(ReasoningResponsePart {
+                    id: "r".into(),
+                    content: String::new(),
+                }),
+                meta: None,
+            }));
+            ctx.emit(StateAction::ChatReasoning(ChatReasoningAction {
+                turn_id: t.into(),
+                part_id: "r".into(),
+                content: "thinking".into(),
+                meta: None,
+            }));
+            ctx.emit(md(t, "m"));
+            ctx.emit(delta(t, "m", "answer"));
+            ctx.emit(complete(t));
+        }
+        "tool" => {
+            ctx.emit(tool_start(t, "call-run"));
+            ctx.emit(StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+                turn_id: t.into(),
+                tool_call_id: "call-run".into(),
+                meta: None,
+                contributor: None,
+                intention: None,
+                invocation_message: StringOrMarkdown::Plain("Run ls".into()),
+                tool_input: None,
+                confirmation_title: None,
+                risk_assessment: None,
+                edits: None,
+                editable: None,
+                confirmed: None,
+                options: None,
+            }));
+            ctx.emit(tool_done(t, "call-run"));
+            ctx.emit(complete(t));
+        }
+        "ask" => {
+            let id = format!("call-{t}");
+            ctx.emit(tool_start(t, &id));
+            let outcome = ctx
+                .ask_approval(ApprovalRequest {
+                    turn_id: t.into(),
+                    tool_call_id: id.clone(),
+                    invocation_message: StringOrMarkdown::Plain("Run rm".into()),
+                    tool_input: None,
+                    confirmation_title: Some(StringOrMarkdown::Plain("Run a command?".into())),
+                    edits: None,
+                })
+                .await;
+            match outcome {
+                ApprovalOutcome::Approved { .. } => {
+                    ctx.emit(tool_done(t, &id));
+                    ctx.emit(complete(t));
+                }
+                ApprovalOutcome::Denied { .. } => ctx.emit(complete(t)),
+                ApprovalOutcome::Cancelled => {}
+            }
+        }
+        "question" => {
+            let request: ChatInputRequest = match serde_json::from_value(serde_json::json!({
+                "id": format!("q-{t}"),
+                "message": "Which one?",
+                "questions": [{"kind": "text", "id": "name", "title": "Name", "message": "Name?", "required": true}]
+            })) {
+                Ok(r) => r,
+                Err(_) => return,
+            };
+            let outcome = ctx.ask_input(t, request).await;
+            ctx.emit(md(t, "m"));
+            ctx.emit(delta(t, "m", &format!("{:?}", outcome.response)));
+            ctx.emit(complete(t));
+        }
+        "error" if !resumed => {
+            ctx.emit(StateAction::ChatError(ChatErrorAction {
+                turn_id: t.into(),
+                duration: 2,
+                part: ErrorResponsePart {
+                    error: ErrorInfo {
+                        error_type: "rateLimited".into(),
+                        message: "try again".into(),
+                        stack: None,
+                        meta: None,
+                    },
+                    resumable: Some(true),
+                },
+                meta: None,
+            }));
+        }
+        "hang" => std::future::pending::<()>().await,
+        other => {
+            let n = other
+                .strip_prefix("deltas:")
+                .and_then(|n| n.parse::<usize>().ok());
+            ctx.emit(md(t, "m"));
+            match n {
+                Some(n) => {
+                    for _ in 0..n {
+                        ctx.emit(delta(t, "m", "x"));
+                        tokio::task::yield_now().await;
+                    }
+                }
+                None => {
+                    for chunk in ["one ", "two ", "three ", "four ", "five"] {
+                        ctx.emit(delta(t, "m", chunk));
+                    }
+                }
+            }
+            ctx.emit(complete(t));
+        }
+    }
+}
+
+#[async_trait]
+impl Session for ScriptedSession {
+    fn backend_id(&self) -> String {
+        self.id.clone()
+    }
+
+    fn begin(&mut self, turn: TurnRequest) {
+        assert!(
+            turn.message.text != "panic",
+            "the scripted agent panics on request"
+        );
+        let ctx = self.ctx.clone();
+        let id = turn.turn_id.clone();
+        if let Ok(mut s) = self.store.lock() {
+            s.entry(self.id.clone()).or_insert_with(|| Stored {
+                title: crate::util::title_from(&turn.message.text),
+                turns: Vec::new(),
+            });
+        }
+        let h = tokio::spawn(run_script(ctx, turn.turn_id, turn.message.text, false));
+        self.runs.insert(id, h);
+    }
+
+    fn cancel(&mut self, turn_id: &str) {
+        if let Some(h) = self.runs.remove(turn_id) {
+            h.abort();
+        }
+    }
+
+    fn configure(&mut self, _changes: &JsonObject) -> Result<(), Refusal> {
+        Ok(())
+    }
+
+    fn resume_turn(&mut self, turn_id: &str) -> Result<(), Refusal> {
+        let h = tokio::spawn(run_script(
+            self.ctx.clone(),
+            turn_id.to_owned(),
+            "resumed".into(),
+            true,
+        ));
+        self.runs.insert(turn_id.to_owned(), h);
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        for (_, h) in self.runs.drain() {
+            h.abort();
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Transports: each turns a byte stream into a [`Peer`](crate::peer::Peer).
+
+#[cfg(feature = "testing")]
+pub mod memory;
+#[cfg(feature = "stdio")]
+pub mod stdio;
+#[cfg(feature = "ws")]
+pub mod ws;

@@ -1,0 +1,361 @@
+//! The WebSocket listener (axum): connection-token check (HTTP 401 before the upgrade), origin
+//! check, `426` for plain HTTP, one JSON-RPC message per text frame.
+
+use std::net::{IpAddr, SocketAddr};
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, State};
+use axum::http::{HeaderMap, StatusCode, Uri, request::Parts};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::HostError;
+use crate::host::{Host, HostHandle};
+use crate::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
+
+/// Where and how to listen.
+#[derive(Clone)]
+pub struct WsConfig {
+    /// The address to bind. Default: `127.0.0.1:9187`.
+    pub addr: SocketAddr,
+    /// The connection token clients must present (`?tkn=` or `Authorization: Bearer`).
+    pub token: Option<String>,
+    /// Allow a non-loopback address without a token (the daemon's
+    /// `--without-connection-token`).
+    pub allow_without_token: bool,
+}
+
+impl std::fmt::Debug for WsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsConfig")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("allow_without_token", &self.allow_without_token)
+            .finish()
+    }
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
+            token: None,
+            allow_without_token: false,
+        }
+    }
+}
+
+impl WsConfig {
+    /// Loopback on the given port (0 picks a free one), no token.
+    pub fn loopback(port: u16) -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            ..Self::default()
+        }
+    }
+
+    /// The same, with a token.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+/// A running listener.
+pub struct WsServer {
+    local_addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for WsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsServer")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WsServer {
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stop listening (open connections keep running until the host shuts down).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Resolves when the listener has stopped.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+#[derive(Clone)]
+struct WsState {
+    host: HostHandle,
+    token: Option<String>,
+    max: usize,
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn query_token(uri: &Uri) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == "tkn").then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn origin_is_loopback(origin: &str) -> bool {
+    let host = origin.split("://").nth(1).unwrap_or(origin);
+    let host = host.split('/').next().unwrap_or("");
+    let host = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+    };
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The path and query with any `tkn` parameter removed, for logs.
+fn redacted(uri: &Uri) -> String {
+    let q: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && !kv.starts_with("tkn="))
+        .collect();
+    if q.is_empty() {
+        uri.path().to_owned()
+    } else {
+        format!("{}?{}", uri.path(), q.join("&"))
+    }
+}
+
+async fn handle(
+    State(st): State<WsState>,
+    headers: HeaderMap,
+    uri: Uri,
+    mut parts: Parts,
+) -> Response {
+    if let Some(expected) = &st.token {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let presented = query_token(&uri).or(bearer);
+        let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes()));
+        if !ok {
+            tracing::info!(path = %redacted(&uri), "a connection without the right token was refused");
+            return (
+                StatusCode::UNAUTHORIZED,
+                "a valid connection token is required\n",
+            )
+                .into_response();
+        }
+    } else if let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok())
+        && !origin_is_loopback(origin)
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            "connections from web pages on other hosts are refused\n",
+        )
+            .into_response();
+    }
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(ws) => ws,
+        Err(_) => {
+            return (
+                StatusCode::UPGRADE_REQUIRED,
+                "this endpoint speaks the Agent Host Protocol over WebSocket\n",
+            )
+                .into_response();
+        }
+    };
+    let label = redacted(&uri);
+    let max = st.max;
+    ws.max_message_size(max.saturating_mul(2).max(1024))
+        .on_upgrade(move |socket| async move {
+            let host = st.host;
+            crate::connection::run(host.inner.clone(), ws_peer(socket, max, label)).await;
+        })
+}
+
+async fn entry(state: State<WsState>, req: axum::extract::Request) -> Response {
+    let (parts, _body) = req.into_parts();
+    let headers = parts.headers.clone();
+    let uri = parts.uri.clone();
+    handle(state, headers, uri, parts).await
+}
+
+fn ws_peer(socket: WebSocket, max: usize, label: String) -> Peer {
+    let (sink, stream) = socket.split();
+    Peer {
+        reader: Box::new(WsReader { stream, max }),
+        writer: Box::new(WsWriter { sink }),
+        label,
+    }
+}
+
+struct WsReader {
+    stream: SplitStream<WebSocket>,
+    max: usize,
+}
+
+#[async_trait]
+impl PeerReader for WsReader {
+    async fn next(&mut self) -> Option<Inbound> {
+        loop {
+            match self.stream.next().await? {
+                Ok(Message::Text(t)) => {
+                    return Some(if t.len() > self.max {
+                        Inbound::Oversized
+                    } else {
+                        Inbound::Frame(t.as_str().to_owned())
+                    });
+                }
+                Ok(Message::Binary(b)) => {
+                    if b.len() > self.max {
+                        return Some(Inbound::Oversized);
+                    }
+                    return Some(Inbound::Frame(String::from_utf8_lossy(&b).into_owned()));
+                }
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+}
+
+struct WsWriter {
+    sink: SplitSink<WebSocket, Message>,
+}
+
+#[async_trait]
+impl PeerWriter for WsWriter {
+    async fn send(&mut self, frame: &str) -> Result<(), PeerError> {
+        self.sink
+            .send(Message::Text(frame.into()))
+            .await
+            .map_err(|e| PeerError(e.to_string()))
+    }
+
+    async fn close(&mut self, code: u16, reason: &str) {
+        let _ = self
+            .sink
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+        let _ = self.sink.close().await;
+    }
+}
+
+impl Host {
+    /// An axum router that serves the protocol on any path, for embedding in a larger server.
+    pub fn router(&self, token: Option<String>) -> Router {
+        let st = WsState {
+            host: self.handle(),
+            token,
+            max: self.handle().inner.options.max_frame_bytes,
+        };
+        Router::new().fallback(entry).with_state(st)
+    }
+
+    /// Bind and serve WebSocket connections in the background. A non-loopback address needs a
+    /// token or `allow_without_token`.
+    pub async fn serve_ws(&self, config: WsConfig) -> Result<WsServer, HostError> {
+        let addr = config.addr;
+        if !addr.ip().is_loopback() && config.token.is_none() && !config.allow_without_token {
+            return Err(HostError::TokenRequired {
+                addr: addr.to_string(),
+            });
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| HostError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| HostError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+        let router = self.router(config.token);
+        let stop = CancellationToken::new();
+        let host_stop = self.handle().inner.shutdown.clone();
+        let stop2 = stop.clone();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                tokio::select! {
+                    _ = stop2.cancelled() => {}
+                    _ = host_stop.cancelled() => {}
+                }
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "the WebSocket listener failed");
+            }
+        });
+        tracing::info!(addr = %local_addr, "listening for WebSocket connections");
+        Ok(WsServer {
+            local_addr,
+            stop,
+            task,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_and_tokens() {
+        assert!(origin_is_loopback("http://localhost:3000"));
+        assert!(origin_is_loopback("http://127.0.0.1"));
+        assert!(origin_is_loopback("http://[::1]:80"));
+        assert!(!origin_is_loopback("https://example.com"));
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        let uri: Uri = "/x?a=1&tkn=s%20e&b=2".parse().unwrap_or_default();
+        assert_eq!(query_token(&uri).as_deref(), Some("s e"));
+        assert_eq!(redacted(&uri), "/x?a=1&b=2");
+    }
+}
