@@ -36,6 +36,8 @@ pub enum BeforeModel {
 }
 
 /// What `after_model` decides.
+// The reply travels by value once per step; boxing it would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum AfterModel {
     /// Use this reply (possibly changed).

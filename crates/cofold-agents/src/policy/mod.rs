@@ -6,7 +6,7 @@ mod modes;
 mod rules;
 
 pub use glob::match_glob;
-pub use modes::{ModeContext, PermissionMode, mode_description, policy_of};
+pub use modes::{InsideFn, IsEditFn, ModeContext, PermissionMode, mode_description, policy_of};
 pub use rules::{Rule, RuleSet, rules};
 
 use crate::hooks::RunInfo;

@@ -106,13 +106,18 @@ pub fn mode_description(mode: PermissionMode) -> &'static str {
     }
 }
 
+/// Whether a path (absolute, or relative to the workspace) is inside the workspace.
+pub type InsideFn = Arc<dyn Fn(&Path) -> bool + Send + Sync>;
+/// Whether a tool counts as an edit.
+pub type IsEditFn = Arc<dyn Fn(&Tool) -> bool + Send + Sync>;
+
 /// What a mode needs to know about the workspace and the tools.
 #[derive(Clone)]
 pub struct ModeContext {
     /// Whether a path (absolute, or relative to the workspace) is inside the workspace.
-    pub inside: Arc<dyn Fn(&Path) -> bool + Send + Sync>,
+    pub inside: InsideFn,
     /// Whether a tool is an edit; without it, a tool declaring `effects.writes` is.
-    pub is_edit: Option<Arc<dyn Fn(&Tool) -> bool + Send + Sync>>,
+    pub is_edit: Option<IsEditFn>,
 }
 
 impl ModeContext {
