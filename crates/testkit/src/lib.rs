@@ -3,3 +3,29 @@
 //! A scripted OpenAI-compatible endpoint that listens on `127.0.0.1:0`, streams real SSE from a
 //! script and records every request it received, and helpers around the official `ahp` client.
 //! It depends on no project crate, so any crate can use it as a dev-dependency.
+//!
+//! ```no_run
+//! use testkit::{Endpoint, Frame, Reply, chunk};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let endpoint = Endpoint::builder()
+//!     .reply(Reply::stream([chunk::text("Hel"), chunk::text("lo"), chunk::finish("stop")]))
+//!     .reply(Reply::status(429, "slow down"))
+//!     .models(["m1", "m2"])
+//!     .start()?;
+//! let base = endpoint.base_url(); // http://127.0.0.1:<port>/v1
+//! // … point the client under test at `base` …
+//! let seen = endpoint.wait_for_requests(1).await;
+//! assert_eq!(seen[0].path, "/v1/chat/completions");
+//! # Ok(()) }
+//! ```
+
+mod ahp_client;
+pub mod chunk;
+pub mod dialect;
+mod endpoint;
+mod reply;
+
+pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
+pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
+pub use reply::{Frame, Gate, Reply};

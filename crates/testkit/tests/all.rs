@@ -1,0 +1,2 @@
+//! The integration tests of `testkit`, one binary.
+mod suite;
