@@ -198,7 +198,7 @@ impl RunUpdate {
             record.pending_request_id = pending.clone();
         }
         if let Some(usage) = &self.usage {
-            record.usage = usage.clone();
+            record.usage = *usage;
         }
         if let Some(steps) = self.steps {
             record.steps = steps;

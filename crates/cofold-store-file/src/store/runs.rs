@@ -1,0 +1,301 @@
+//! Runs, their event logs, step records and pending requests on disk.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use cofold_agents::error::AgentError;
+use cofold_agents::event::Event;
+use cofold_agents::id::Timestamp;
+use cofold_agents::store::{
+    PendingRequest, RunRecord, RunRef, RunStatus, RunUpdate, StepPatch, StepRecord, seq_gap,
+    sort_runs, unknown_request,
+};
+use serde::de::IgnoredAny;
+use serde_json::{Value, json};
+
+use super::{EVENTS_FILE, Inner, RUN_FILE, STEPS_FILE, lock_map};
+use crate::jsonl::{
+    append_lines, create_dirs, io_error, read_json, scan, sorted_entries, to_line, write_json,
+};
+use crate::lock;
+use crate::names::encode_segment;
+
+/// A model step's `detail` or a tool step's `original.detail` longer than this, serialized, is
+/// stored as `{ "truncated": true, "bytes": <size> }`.
+pub const DETAIL_CAP_BYTES: usize = 262_144;
+
+impl Inner {
+    pub(crate) fn create_run(&self, record: RunRecord) -> Result<(), AgentError> {
+        let session = self.session_folder(&record.session_id)?;
+        let runs = session.join("runs");
+        create_dirs(&runs)?;
+        let folder = Self::run_folder(&session, &record.run_id)?;
+        match fs::create_dir(&folder) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                if folder.join(RUN_FILE).is_file() {
+                    return Err(AgentError::already_exists(format!(
+                        "session {} already has a run {}",
+                        record.session_id, record.run_id
+                    )));
+                }
+            }
+            Err(err) => return Err(io_error("create the folder", &folder, &err)),
+        }
+        write_json(&folder.join(RUN_FILE), &record)
+    }
+
+    pub(crate) fn get_run(&self, run: &RunRef) -> Result<Option<RunRecord>, AgentError> {
+        let Some(session) = self.find_session(&run.session_id)? else {
+            return Ok(None);
+        };
+        read_json(&Self::run_folder(&session, &run.run_id)?.join(RUN_FILE))
+    }
+
+    pub(crate) fn list_runs(
+        &self,
+        session_id: &str,
+        status: Option<RunStatus>,
+    ) -> Result<Vec<RunRecord>, AgentError> {
+        let session = self.session_folder(session_id)?;
+        let mut runs = read_runs(&session)?;
+        runs.retain(|run| status.is_none_or(|status| run.status == status));
+        sort_runs(&mut runs);
+        Ok(runs)
+    }
+
+    pub(crate) fn update_run(&self, update: &RunUpdate) -> Result<RunRecord, AgentError> {
+        let (session, folder) = self.existing_run(&update.run)?;
+        let guard = self.guard(&session);
+        let _held = lock_map(&guard);
+        lock::fence(&session, &update.run.session_id, &update.run.run_id)?;
+        let path = folder.join(RUN_FILE);
+        let mut record: RunRecord = read_json(&path)?.ok_or_else(|| {
+            AgentError::not_found(format!(
+                "session {} has no run {}",
+                update.run.session_id, update.run.run_id
+            ))
+        })?;
+        update.apply_to(&mut record);
+        record.updated_at = Timestamp::now();
+        write_json(&path, &record)?;
+        Ok(record)
+    }
+
+    /// Appends one event; `last_seq` is the run's cached last seq (filled from the file on first
+    /// use), held under the run's queue.
+    pub(crate) fn append_event(
+        &self,
+        event: &Event,
+        last_seq: &mut Option<u64>,
+    ) -> Result<(), AgentError> {
+        let run = RunRef::new(event.session_id.clone(), event.run_id.clone());
+        let (session, folder) = self.existing_run(&run)?;
+        lock::fence(&session, &run.session_id, &run.run_id)?;
+        let path = folder.join(EVENTS_FILE);
+        let last = match *last_seq {
+            Some(last) => last,
+            None => last_intact_seq(&path)?,
+        };
+        *last_seq = Some(last);
+        if event.seq != last + 1 {
+            return Err(seq_gap(&event.run_id, last + 1, event.seq));
+        }
+        append_lines(&path, &to_line(event)?)?;
+        *last_seq = Some(event.seq);
+        Ok(())
+    }
+
+    pub(crate) fn list_events(
+        &self,
+        run: &RunRef,
+        after_seq: Option<u64>,
+    ) -> Result<Vec<Event>, AgentError> {
+        let (_, folder) = self.existing_run(run)?;
+        read_events(&folder.join(EVENTS_FILE), after_seq.unwrap_or(0))
+    }
+
+    pub(crate) fn append_step(&self, step: StepRecord) -> Result<(), AgentError> {
+        let run = step.run_ref();
+        let (session, folder) = self.existing_run(&run)?;
+        let guard = self.guard(&session);
+        let _held = lock_map(&guard);
+        lock::fence(&session, &run.session_id, &run.run_id)?;
+        append_lines(&folder.join(STEPS_FILE), &to_line(&cap_detail(step))?)
+    }
+
+    pub(crate) fn update_step(
+        &self,
+        run: &RunRef,
+        invocation_id: &str,
+        patch: &StepPatch,
+    ) -> Result<StepRecord, AgentError> {
+        let (session, folder) = self.existing_run(run)?;
+        let guard = self.guard(&session);
+        let _held = lock_map(&guard);
+        lock::fence(&session, &run.session_id, &run.run_id)?;
+        let path = folder.join(STEPS_FILE);
+        let mut step = read_steps(&path)?
+            .into_iter()
+            .find(|step| step.invocation_id() == invocation_id)
+            .ok_or_else(|| {
+                AgentError::not_found(format!("run {} has no step {invocation_id}", run.run_id))
+            })?;
+        step.apply(patch);
+        let step = cap_detail(step);
+        append_lines(&path, &to_line(&step)?)?;
+        Ok(step)
+    }
+
+    pub(crate) fn list_steps(&self, run: &RunRef) -> Result<Vec<StepRecord>, AgentError> {
+        let (_, folder) = self.existing_run(run)?;
+        read_steps(&folder.join(STEPS_FILE))
+    }
+
+    pub(crate) fn create_request(&self, request: &PendingRequest) -> Result<(), AgentError> {
+        let run = request.run_ref();
+        let (session, folder) = self.existing_run(&run)?;
+        lock::fence(&session, &run.session_id, &run.run_id)?;
+        let requests = folder.join("requests");
+        create_dirs(&requests)?;
+        let name = format!(
+            "{}.json",
+            encode_segment("request id", &request.request_id)?
+        );
+        write_json(&requests.join(name), request)
+    }
+
+    pub(crate) fn get_request(
+        &self,
+        run: &RunRef,
+        request_id: &str,
+    ) -> Result<Option<PendingRequest>, AgentError> {
+        let Ok((_, folder)) = self.existing_run(run) else {
+            return Ok(None);
+        };
+        let name = format!("{}.json", encode_segment("request id", request_id)?);
+        read_json(&folder.join("requests").join(name))
+    }
+
+    pub(crate) fn resolve_request(
+        &self,
+        run: &RunRef,
+        request_id: &str,
+        resolution: Value,
+    ) -> Result<PendingRequest, AgentError> {
+        let (session, folder) = self
+            .existing_run(run)
+            .map_err(|_| unknown_request(run, request_id))?;
+        let guard = self.guard(&session);
+        let _held = lock_map(&guard);
+        lock::fence(&session, &run.session_id, &run.run_id)?;
+        let path = folder.join("requests").join(format!(
+            "{}.json",
+            encode_segment("request id", request_id)?
+        ));
+        let mut request: PendingRequest =
+            read_json(&path)?.ok_or_else(|| unknown_request(run, request_id))?;
+        request.resolution = Some(resolution);
+        request.resolved_at = Some(Timestamp::now());
+        write_json(&path, &request)?;
+        Ok(request)
+    }
+}
+
+/// Every run record of a session folder, in folder order.
+pub(crate) fn read_runs(session: &Path) -> Result<Vec<RunRecord>, AgentError> {
+    let runs = session.join("runs");
+    let mut records = Vec::new();
+    for name in sorted_entries(&runs)? {
+        if let Some(record) = read_json::<RunRecord>(&runs.join(name).join(RUN_FILE))? {
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
+/// The `seq` of an event line, read straight from its start (events are written with `seq`
+/// first); `None` when the line is not in that shape.
+fn leading_seq(line: &[u8]) -> Option<u64> {
+    let digits = line.strip_prefix(b"{\"seq\":")?;
+    let end = digits.iter().position(|byte| !byte.is_ascii_digit())?;
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+}
+
+/// The seq of the last intact line of an event log (0 when there is none).
+pub(crate) fn last_intact_seq(path: &Path) -> Result<u64, AgentError> {
+    #[derive(serde::Deserialize)]
+    struct SeqOnly {
+        seq: u64,
+    }
+    let mut last = 0;
+    scan(path, |line| {
+        // Checking the whole line keeps a torn last line from counting.
+        serde_json::from_slice::<IgnoredAny>(line)?;
+        last = match leading_seq(line) {
+            Some(seq) => seq,
+            None => serde_json::from_slice::<SeqOnly>(line)?.seq,
+        };
+        Ok(())
+    })?;
+    Ok(last)
+}
+
+/// The events of a log with `seq > after`; earlier lines are not turned into events.
+pub(crate) fn read_events(path: &Path, after: u64) -> Result<Vec<Event>, AgentError> {
+    let mut events = Vec::new();
+    scan(path, |line| {
+        if leading_seq(line).is_some_and(|seq| seq <= after) {
+            return Ok(());
+        }
+        let event: Event = serde_json::from_slice(line)?;
+        if event.seq > after {
+            events.push(event);
+        }
+        Ok(())
+    })?;
+    Ok(events)
+}
+
+/// Folds a step log: one entry per invocation id in order of first appearance, the last line
+/// winning.
+pub(crate) fn read_steps(path: &Path) -> Result<Vec<StepRecord>, AgentError> {
+    let mut steps: Vec<StepRecord> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    scan(path, |line| {
+        let step: StepRecord = serde_json::from_slice(line)?;
+        match index.get(step.invocation_id()) {
+            Some(&at) => steps[at] = step,
+            None => {
+                index.insert(step.invocation_id().to_owned(), steps.len());
+                steps.push(step);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(steps)
+}
+
+fn capped(detail: Option<Value>) -> Option<Value> {
+    let detail = detail?;
+    let bytes = serde_json::to_vec(&detail).map_or(0, |bytes| bytes.len());
+    if bytes > DETAIL_CAP_BYTES {
+        Some(json!({ "truncated": true, "bytes": bytes }))
+    } else {
+        Some(detail)
+    }
+}
+
+/// Replaces an oversized detail by its size, so one huge tool result cannot bloat the log.
+fn cap_detail(mut step: StepRecord) -> StepRecord {
+    match &mut step {
+        StepRecord::Model(model) => model.detail = capped(model.detail.take()),
+        StepRecord::Tool(tool) => {
+            if let Some(original) = &mut tool.original {
+                original.detail = capped(original.detail.take());
+            }
+        }
+    }
+    step
+}

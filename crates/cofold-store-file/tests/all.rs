@@ -1,0 +1,3 @@
+//! The integration tests of `cofold-store-file`, one binary.
+
+mod suite;

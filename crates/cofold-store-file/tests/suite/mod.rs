@@ -1,0 +1,7 @@
+mod bad_input;
+mod conformance;
+mod kill;
+mod layout;
+mod locking;
+mod logs;
+mod support;
