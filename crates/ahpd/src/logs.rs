@@ -1,0 +1,34 @@
+//! Log output: `tracing` events to standard error, one line each, filtered by `RUST_LOG`.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+/// Libraries that log whole frames or headers (a put's API key, a bearer token) at `debug` and
+/// `trace`. They are capped at `info` whatever `RUST_LOG` says, so no level shows a secret.
+const FRAME_LOGGERS: &[&str] = &[
+    "tungstenite",
+    "tokio_tungstenite",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "axum",
+    "tower_http",
+    "reqwest",
+];
+
+/// Installs the subscriber. `default` is the filter when `RUST_LOG` is unset (`info` for the
+/// daemon, `warn` for the one-shot commands so their output stays their own).
+pub fn init(default: &str) {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    for target in FRAME_LOGGERS {
+        if let Ok(directive) = format!("{target}=info").parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}

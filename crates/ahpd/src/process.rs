@@ -1,0 +1,400 @@
+//! The detached daemon: `start`, `stop`, `status`, `restart`, and its record `daemon.json`.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::{Cli, RunArgs};
+use crate::config::{self, TokenSetting};
+use crate::fsutil;
+use crate::locations::Locations;
+use crate::sys;
+use crate::vault::Vault;
+
+/// `daemon.json`: what the detached daemon writes once it listens.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonRecord {
+    /// Its process id.
+    pub pid: u32,
+    /// The options it was started with (for `restart`).
+    pub argv: Vec<String>,
+    /// The folder it was started from.
+    pub cwd: PathBuf,
+    /// `ws://<host>:<port>`.
+    pub address: String,
+    /// The crate version.
+    pub version: String,
+    /// RFC 3339 start time.
+    pub started_at: String,
+}
+
+/// Set on the detached child: the user's options, without the hidden marker.
+const ARGV_ENV: &str = "AHPD_DETACHED_ARGV";
+
+impl DaemonRecord {
+    /// The record of the running process.
+    pub fn for_this_process(_run: &RunArgs, address: &str) -> Self {
+        let argv = std::env::var(ARGV_ENV)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        DaemonRecord {
+            pid: std::process::id(),
+            argv,
+            cwd: std::env::current_dir().unwrap_or_default(),
+            address: address.to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: jiff::Timestamp::now().to_string(),
+        }
+    }
+}
+
+/// What went wrong in process management.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// A usage problem (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A runtime failure (exit 1).
+    #[error("{0}")]
+    Failed(String),
+    /// The child exited before listening, with this code (its log was printed).
+    #[error("the daemon exited before it listened (exit code {0})")]
+    ChildExited(i32),
+}
+
+impl ProcessError {
+    /// The exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ProcessError::Usage(_) => 2,
+            ProcessError::Failed(_) => 1,
+            ProcessError::ChildExited(c) => *c,
+        }
+    }
+}
+
+/// Writes `daemon.json` atomically with mode `0600`.
+pub fn write_record(path: &Path, record: &DaemonRecord) -> std::io::Result<()> {
+    let value = serde_json::to_value(record).map_err(std::io::Error::other)?;
+    fsutil::write_json(path, &value, fsutil::PRIVATE_FILE)
+}
+
+/// Reads `daemon.json`, if present and readable.
+pub fn read_record(path: &Path) -> Option<DaemonRecord> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Removes `daemon.json` when it names this process.
+pub fn remove_record_if_ours(path: &Path) {
+    if read_record(path).is_some_and(|r| r.pid == std::process::id()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The live daemon named by `daemon.json`; a stale record is removed.
+fn running(loc: &Locations) -> Option<DaemonRecord> {
+    let path = loc.daemon_record();
+    let record = read_record(&path)?;
+    if sys::alive(record.pid) && sys::is_ahpd(record.pid) {
+        Some(record)
+    } else {
+        let _ = std::fs::remove_file(&path);
+        None
+    }
+}
+
+/// The user's arguments after removing the `start` word (and the program name).
+pub fn start_argv(all: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut removed = false;
+    let mut skip_value = false;
+    for arg in all.iter().skip(1) {
+        if skip_value {
+            skip_value = false;
+            out.push(arg.clone());
+            continue;
+        }
+        if arg == "--config-file" {
+            skip_value = true;
+        } else if !removed && arg == "start" {
+            removed = true;
+            continue;
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
+/// `ahpd start`.
+pub fn start(
+    loc: &Locations,
+    run: &RunArgs,
+    argv: Vec<String>,
+    cwd: &Path,
+) -> Result<(), ProcessError> {
+    if run.stdio {
+        return Err(ProcessError::Usage(
+            "start runs the daemon detached; --stdio needs a foreground run".into(),
+        ));
+    }
+    if let Some(r) = running(loc) {
+        println!("ahpd is already running (pid {}, {})", r.pid, r.address);
+        return Ok(());
+    }
+    spawn_detached(loc, argv, cwd)
+}
+
+fn spawn_detached(loc: &Locations, argv: Vec<String>, cwd: &Path) -> Result<(), ProcessError> {
+    let failed =
+        |what: &str, e: std::io::Error| ProcessError::Failed(format!("cannot {what}: {e}"));
+    fsutil::ensure_dir(&loc.dir)
+        .map_err(|e| failed(&format!("create {}", loc.dir.display()), e))?;
+    let log_path = loc.daemon_log();
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(fsutil::PRIVATE_FILE)
+        .open(&log_path)
+        .map_err(|e| failed(&format!("open {}", log_path.display()), e))?;
+    let _ = fsutil::tighten(&log_path);
+    let log_err = log
+        .try_clone()
+        .map_err(|e| failed(&format!("open {}", log_path.display()), e))?;
+    let exe = std::env::current_exe().map_err(|e| failed("find the ahpd executable", e))?;
+    let record_path = loc.daemon_record();
+    let _ = std::fs::remove_file(&record_path);
+    let encoded = serde_json::to_string(&argv).unwrap_or_else(|_| "[]".into());
+    let mut child = Command::new(exe)
+        .args(&argv)
+        .arg("--detached-child")
+        .env(ARGV_ENV, encoded)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(|e| failed("start the daemon", e))?;
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The child has no channel back to this process but its record and its exit, so both are
+    // checked until one appears or the deadline passes.
+    loop {
+        if let Some(record) = read_record(&record_path).filter(|r| r.pid == pid) {
+            println!("ahpd started (pid {pid}) on {}", record.address);
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            print_log_tail(&log_path);
+            return Err(ProcessError::ChildExited(status.code().unwrap_or(1)));
+        }
+        if Instant::now() > deadline {
+            print_log_tail(&log_path);
+            return Err(ProcessError::Failed(format!(
+                "the daemon (pid {pid}) did not listen within 10 seconds; see {}",
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn print_log_tail(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(20);
+    for line in &lines[from..] {
+        eprintln!("{line}");
+    }
+}
+
+/// `ahpd stop`.
+pub fn stop(loc: &Locations) -> Result<(), ProcessError> {
+    let Some(record) = running(loc) else {
+        println!("ahpd is not running");
+        return Ok(());
+    };
+    stop_pid(loc, record.pid)?;
+    println!("ahpd stopped (pid {})", record.pid);
+    Ok(())
+}
+
+fn stop_pid(loc: &Locations, pid: u32) -> Result<(), ProcessError> {
+    sys::signal(pid, false)
+        .map_err(|e| ProcessError::Failed(format!("cannot signal pid {pid}: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while sys::alive(pid) {
+        if Instant::now() > deadline {
+            let _ = sys::signal(pid, true);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(loc.daemon_record());
+    Ok(())
+}
+
+/// The token a client of the recorded daemon presents, derived from its recorded options and
+/// the configuration.
+fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
+    let mut args = vec!["ahpd".to_owned()];
+    args.extend(record.argv.iter().cloned());
+    let cli = Cli::try_parse_from(args).ok()?;
+    let mut settings = config::load(loc).ok()?;
+    let cwd_backup = std::env::current_dir().ok();
+    // Relative token-file paths on the recorded command line are relative to its folder.
+    let _ = std::env::set_current_dir(&record.cwd);
+    let applied = settings.apply_flags(&cli.run);
+    if let Some(c) = cwd_backup {
+        let _ = std::env::set_current_dir(c);
+    }
+    applied.ok()?;
+    match settings.token.value {
+        TokenSetting::Literal(s) => Some(s.expose().to_owned()),
+        TokenSetting::SecretRef(name) => Vault::new(loc.vault())
+            .read(&name)
+            .ok()
+            .map(|s| s.expose().to_owned()),
+        TokenSetting::File(p) => std::fs::read_to_string(p).ok().map(|t| t.trim().to_owned()),
+        TokenSetting::Unset | TokenSetting::Without => None,
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ProcessError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ProcessError::Failed(format!("cannot start the async runtime: {e}")))
+}
+
+/// `ahpd status`; returns the exit code (0 running, 3 not).
+pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
+    let Some(record) = running(loc) else {
+        if json {
+            println!("{}", serde_json::json!({"running": false}));
+        } else {
+            println!("ahpd is not running");
+        }
+        return Ok(3);
+    };
+    let token = token_for(loc, &record);
+    let answers = runtime()?.block_on(crate::client::answers_ping(
+        &record.address,
+        token.as_deref(),
+    ));
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "running": true,
+                "pid": record.pid,
+                "address": record.address,
+                "version": record.version,
+                "startedAt": record.started_at,
+                "answers": answers,
+            })
+        );
+    } else {
+        let uptime = record
+            .started_at
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| {
+                let secs = jiff::Timestamp::now().as_second() - t.as_second();
+                format!(", up {}s", secs.max(0))
+            })
+            .unwrap_or_default();
+        println!(
+            "ahpd {} is running (pid {}) on {}{uptime}; {}",
+            record.version,
+            record.pid,
+            record.address,
+            if answers {
+                "it answers ping"
+            } else {
+                "it does not answer ping"
+            }
+        );
+    }
+    Ok(0)
+}
+
+/// `ahpd restart`.
+pub fn restart(loc: &Locations, force: bool) -> Result<(), ProcessError> {
+    let Some(record) = running(loc) else {
+        return Err(ProcessError::Failed(
+            "ahpd is not running: use ahpd start".into(),
+        ));
+    };
+    if !force {
+        let token = token_for(loc, &record);
+        let busy = runtime()?.block_on(busy_sessions(&record.address, token.as_deref()))?;
+        if !busy.is_empty() {
+            return Err(ProcessError::Failed(format!(
+                "restart refused: a turn is running in {} (use --force to restart anyway)",
+                busy.join(", ")
+            )));
+        }
+    }
+    stop_pid(loc, record.pid)?;
+    spawn_detached(loc, record.argv, &record.cwd)
+}
+
+/// Sessions whose status has the in-progress bit (8).
+async fn busy_sessions(address: &str, token: Option<&str>) -> Result<Vec<String>, ProcessError> {
+    let client = crate::client::connect(address, token)
+        .await
+        .map_err(ProcessError::Failed)?;
+    let result: Result<serde_json::Value, _> = client
+        .request(
+            "listSessions",
+            serde_json::json!({"channel": ahpd_sdk::ahp_types::ROOT_RESOURCE_URI}),
+        )
+        .await;
+    client.shutdown().await;
+    let value = result.map_err(|e| ProcessError::Failed(format!("listSessions failed: {e}")))?;
+    let rows = value
+        .get("items")
+        .or_else(|| value.get("sessions"))
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    Ok(rows
+        .iter()
+        .filter(|r| {
+            r.get("status")
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+                & 8
+                != 0
+        })
+        .filter_map(|r| {
+            r.get("resource")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_word_is_removed_once() {
+        let all: Vec<String> = ["ahpd", "--config-file", "start", "start", "--port", "0"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            start_argv(&all),
+            vec!["--config-file", "start", "--port", "0"]
+        );
+    }
+}

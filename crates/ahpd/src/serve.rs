@@ -1,0 +1,413 @@
+//! The foreground daemon: plugins applied, records loaded, the host built and served over
+//! WebSocket or stdio until a signal or the end of input.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahpd_sdk::ahp_types::common::JsonObject;
+use ahpd_sdk::plugin::{Engine, Registrar};
+use ahpd_sdk::transport::ws::WsConfig;
+use ahpd_sdk::{Agent, HostBuilder, HostError};
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::channel::{AgentsChannel, CHANNEL, FixedAgent};
+use crate::cli::RunArgs;
+use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
+use crate::fsutil;
+use crate::locations::Locations;
+use crate::plugins::{self, State, options::SecretMode};
+use crate::process::{self, DaemonRecord};
+use crate::records::{EngineSlot, RecordStore};
+use crate::vault::Vault;
+
+/// Why the daemon did not start or stopped with a failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A configuration problem (exit 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A usage problem found at start (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A failure at run time (exit 1).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl ServeError {
+    /// The process exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ServeError::Config(_) | ServeError::Usage(_) => 2,
+            ServeError::Runtime(_) => 1,
+        }
+    }
+}
+
+/// The text a missing plugin selection prints.
+fn no_plugin_message() -> String {
+    let names: Vec<String> = plugins::builtin()
+        .iter()
+        .map(|b| b.plugin.name().to_owned())
+        .collect();
+    let hint = names
+        .iter()
+        .find(|n| n.as_str() == "@ahpd/agent-cofold")
+        .or_else(|| names.first());
+    match hint {
+        Some(n) => {
+            format!("no plugin is enabled: run ahpd plugin enable {n} (or pass --plugin {n})")
+        }
+        None => "no plugin is enabled, and this build has no plugin built in".to_owned(),
+    }
+}
+
+/// Reads or creates the connection token.
+fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, ServeError> {
+    let source = &settings.token.source;
+    match &settings.token.value {
+        TokenSetting::Unset | TokenSetting::Without => Ok(None),
+        TokenSetting::Literal(s) => Ok(Some(s.expose().to_owned())),
+        TokenSetting::SecretRef(name) => match vault.read(name) {
+            Ok(s) => Ok(Some(s.expose().to_owned())),
+            Err(e) => Err(match source {
+                Source::File(f) => ServeError::Config(ConfigError::Key {
+                    file: f.clone(),
+                    key: "connectionToken".into(),
+                    problem: e.to_string(),
+                }),
+                _ => ServeError::Usage(format!("connectionToken: {e}")),
+            }),
+        },
+        TokenSetting::File(path) => token_from_file(path).map(Some),
+    }
+}
+
+fn token_from_file(path: &Path) -> Result<String, ServeError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(ServeError::Usage(format!(
+                    "{}: the token file is empty",
+                    path.display()
+                )));
+            }
+            Ok(token.to_owned())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let token = fresh_token()
+                .map_err(|e| ServeError::Runtime(format!("cannot make a token: {e}")))?;
+            fsutil::write_atomic(path, format!("{token}\n").as_bytes(), fsutil::PRIVATE_FILE)
+                .map_err(|e| {
+                    ServeError::Runtime(format!("cannot write {}: {e}", path.display()))
+                })?;
+            tracing::info!(file = %path.display(), "created a connection token file");
+            Ok(token)
+        }
+        Err(e) => Err(ServeError::Runtime(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// 64 hex characters from 32 random bytes.
+fn fresh_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// What the plugins registered.
+#[derive(Default)]
+struct Collected {
+    engines: Vec<Arc<dyn Engine>>,
+    agents: Vec<Arc<dyn Agent>>,
+}
+
+impl Registrar for Collected {
+    fn engine(&mut self, engine: Arc<dyn Engine>) {
+        self.engines.push(engine);
+    }
+
+    fn agent(&mut self, agent: Arc<dyn Agent>) {
+        self.agents.push(agent);
+    }
+}
+
+/// Applies every enabled plugin that resolves; a failing one is reported and skipped.
+async fn apply_plugins(
+    cands: &[plugins::Candidate],
+    vault: &Vault,
+) -> Result<(Vec<EngineSlot>, Vec<FixedAgent>), ServeError> {
+    let mut engines: Vec<EngineSlot> = Vec::new();
+    let mut fixed: Vec<FixedAgent> = Vec::new();
+    let mut engine_owner: BTreeMap<String, String> = BTreeMap::new();
+    let mut agent_owner: BTreeMap<String, String> = BTreeMap::new();
+    for (order, c) in cands.iter().enumerate() {
+        let options = match plugins::resolve(c, vault, SecretMode::Values) {
+            Ok(o) => o,
+            Err(State::Disabled) => continue,
+            Err(state) => {
+                tracing::error!(plugin = %c.name, state = state.word(), "plugin {} skipped: {}", c.name, state.reason());
+                continue;
+            }
+        };
+        let Some(b) = &c.builtin else { continue };
+        let mut collected = Collected::default();
+        let applied = std::panic::AssertUnwindSafe(b.plugin.apply(options.clone(), &mut collected))
+            .catch_unwind()
+            .await;
+        match applied {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(plugin = %c.name, "plugin {} skipped: {e}", c.name);
+                continue;
+            }
+            Err(_) => {
+                tracing::error!(plugin = %c.name, "plugin {} skipped: it panicked while starting", c.name);
+                continue;
+            }
+        }
+        for engine in collected.engines {
+            let name = engine.name().to_owned();
+            if let Some(other) = engine_owner.insert(name.clone(), c.name.clone()) {
+                return Err(ServeError::Usage(format!(
+                    "the plugins {other} and {} both register the engine {name}",
+                    c.name
+                )));
+            }
+            engines.push(EngineSlot {
+                engine,
+                plugin: c.name.clone(),
+                title: b.plugin.title().to_owned(),
+                options: options.clone(),
+                order,
+            });
+        }
+        for agent in collected.agents {
+            let provider = agent.descriptor().provider;
+            if let Some(other) = agent_owner.insert(provider.clone(), c.name.clone()) {
+                return Err(ServeError::Usage(format!(
+                    "the plugins {other} and {} both provide the agent {provider}",
+                    c.name
+                )));
+            }
+            fixed.push(FixedAgent { order, agent });
+        }
+        tracing::info!(plugin = %c.name, "plugin {} ready", c.name);
+    }
+    Ok((engines, fixed))
+}
+
+fn flags_given_for_network(run: &RunArgs) -> bool {
+    run.host.is_some()
+        || run.port.is_some()
+        || run.connection_token.is_some()
+        || run.connection_token_file.is_some()
+        || run.without_connection_token
+}
+
+/// Runs the daemon in the foreground; returns the exit code of a clean end.
+pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
+    let mut settings = config::load(loc)?;
+    settings.apply_flags(run)?;
+    let vault = Vault::new(loc.vault());
+
+    let mut token = None;
+    if run.stdio {
+        if flags_given_for_network(run) {
+            tracing::warn!("--stdio ignores --host, --port and the token options");
+        }
+    } else {
+        let host = &settings.host.value;
+        if !config::is_loopback(host) && settings.token.value == TokenSetting::Unset {
+            return Err(ServeError::Usage(format!(
+                "--host {host} is not a loopback address: give --connection-token, \
+                 --connection-token-file or --without-connection-token"
+            )));
+        }
+        token = resolve_token(&settings, &vault)?;
+    }
+
+    // Signals are caught from here on, so a stop sent right after the listening line is handled.
+    let signals = Signals::new()?;
+    let cands = plugins::plan(&settings, Some(run), &loc.dir)?;
+    if !run.no_plugins && !cands.iter().any(|c| c.enabled) {
+        return Err(ServeError::Usage(no_plugin_message()));
+    }
+    for c in cands.iter().filter(|c| c.enabled && c.builtin.is_none()) {
+        tracing::warn!(
+            "plugin {} skipped: not a built-in plugin (built in: {})",
+            c.name,
+            plugins::builtin_names()
+        );
+    }
+    let (engines, fixed) = apply_plugins(&cands, &vault).await?;
+
+    let store = RecordStore::new(loc.agents(), vault.clone());
+    if let Err(e) = store.seed(&engines) {
+        tracing::error!("cannot write the default agent records: {e}");
+    }
+    let channel = Arc::new(AgentsChannel::new(store, engines, fixed));
+    let agents = channel.agents();
+    let (valid, other) = channel.counts();
+    if agents.is_empty() && !run.no_plugins {
+        tracing::warn!("no agent is available: clients can still put agent records on {CHANNEL}");
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        files = ?settings.files,
+        agents = agents.len(),
+        records_valid = valid,
+        records_other = other,
+        "ahpd starting"
+    );
+
+    let mut meta = JsonObject::new();
+    meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
+    let mut builder = HostBuilder::new()
+        .agents(agents)
+        .server_info("ahpd", env!("CARGO_PKG_VERSION"))
+        .delta_window(Duration::from_millis(settings.delta_window_ms.value))
+        .root_meta(meta.clone())
+        .initialize_meta(meta)
+        .extension(channel.clone());
+    for p in &settings.paths.value {
+        builder = builder.path(p.clone());
+    }
+    let host = builder
+        .build()
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
+
+    if run.stdio {
+        tokio::select! {
+            () = host.serve_stdio() => {}
+            code = signals.wait() => return Ok(code),
+        }
+        return Ok(0);
+    }
+
+    let addr = resolve_addr(&settings.host.value, settings.port.value).await?;
+    let config = WsConfig {
+        addr,
+        token,
+        allow_without_token: settings.token.value == TokenSetting::Without,
+    };
+    let server = match host.serve_ws(config).await {
+        Ok(s) => s,
+        Err(HostError::Listen { source, .. }) => {
+            let why = if source.kind() == std::io::ErrorKind::AddrInUse {
+                "address in use".to_owned()
+            } else {
+                source.to_string()
+            };
+            return Err(ServeError::Runtime(format!(
+                "cannot listen on {}:{}: {why}",
+                settings.host.value, settings.port.value
+            )));
+        }
+        Err(e) => return Err(ServeError::Usage(e.to_string())),
+    };
+    let port = server.local_addr().port();
+    let address = format!("ws://{}:{port}", url_host(&settings.host.value));
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ahpd listening on {address}");
+        let _ = out.flush();
+    }
+    tracing::info!(address = %address, "listening");
+    let record_path = loc.daemon_record();
+    if run.detached_child {
+        let record = DaemonRecord::for_this_process(run, &address);
+        if let Err(e) = process::write_record(&record_path, &record) {
+            return Err(ServeError::Runtime(format!(
+                "cannot write {}: {e}",
+                record_path.display()
+            )));
+        }
+    }
+
+    let code = signals.wait().await;
+    tracing::info!("shutting down");
+    server.stop();
+    host.shutdown();
+    // Sessions get a bounded time to close; a second signal ends the process at once.
+    let _ = tokio::time::timeout(Duration::from_secs(10), server.wait()).await;
+    if run.detached_child {
+        process::remove_record_if_ours(&record_path);
+    }
+    tracing::info!("stopped");
+    Ok(code)
+}
+
+/// Brackets an IPv6 literal for a URL.
+pub fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+async fn resolve_addr(host: &str, port: u16) -> Result<SocketAddr, ServeError> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let mut found = tokio::net::lookup_host((bare, port))
+        .await
+        .map_err(|e| ServeError::Runtime(format!("cannot resolve the host {host}: {e}")))?;
+    found
+        .next()
+        .ok_or_else(|| ServeError::Runtime(format!("cannot resolve the host {host}")))
+}
+
+/// SIGTERM, SIGINT and SIGHUP, caught from the moment this is made.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, ServeError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let make = |kind| {
+            signal(kind).map_err(|e| ServeError::Runtime(format!("cannot catch signals: {e}")))
+        };
+        Ok(Signals {
+            term: make(SignalKind::terminate())?,
+            int: make(SignalKind::interrupt())?,
+            hup: make(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT (SIGHUP is noted and ignored); after it, a second signal
+    /// exits at once with code 1. Returns the exit code of the clean stop.
+    async fn wait(mut self) -> i32 {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => break,
+                _ = self.int.recv() => break,
+                _ = self.hup.recv() => tracing::info!("SIGHUP ignored: the configuration is read at start only"),
+            }
+        }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = self.term.recv() => {},
+                _ = self.int.recv() => {},
+            }
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        });
+        0
+    }
+}

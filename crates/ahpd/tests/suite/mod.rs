@@ -1,0 +1,10 @@
+#![allow(clippy::unwrap_used)]
+
+mod cli;
+mod config;
+mod daemon;
+mod plugins;
+mod process;
+mod records;
+mod support;
+mod vault;
