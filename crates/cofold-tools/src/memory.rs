@@ -165,7 +165,9 @@ impl Folder {
         let mut index = shown.trim_end().to_owned();
         if lines.len() > self.index_lines {
             let more = lines.len() - self.index_lines;
-            index.push_str(&format!("\n[{more} more lines; memory_read() has them all]"));
+            index.push_str(&format!(
+                "\n[{more} more lines; memory_read() has them all]"
+            ));
         }
         Ok(index)
     }

@@ -194,7 +194,10 @@ impl SearchProvider for Tavily {
                 url: fixed_url("https://api.tavily.com/search"),
                 headers: vec![
                     ("content-type".to_owned(), "application/json".to_owned()),
-                    ("authorization".to_owned(), format!("Bearer {}", self.api_key)),
+                    (
+                        "authorization".to_owned(),
+                        format!("Bearer {}", self.api_key),
+                    ),
                 ],
                 body: Some(body.to_string().into_bytes()),
                 connect_to: None,
@@ -275,7 +278,13 @@ async fn ask(
         }
         if !(200..300).contains(&response.status) {
             let text = String::from_utf8_lossy(&body);
-            let first: String = text.lines().next().unwrap_or("").chars().take(200).collect();
+            let first: String = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
             return Err(SearchError::new(if first.is_empty() {
                 format!("{id}: HTTP {}", response.status)
             } else {

@@ -103,7 +103,13 @@ impl ToolsConfig {
                 "shell" => config.shell = Some(boolean(value, "tools.shell")?),
                 "web" => config.web = Some(web_config(value)?),
                 "memory" => config.memory = Some(boolean(value, "tools.memory")?),
-                other => return Err(unknown(other, "the tools section", "files, shell, web, memory")),
+                other => {
+                    return Err(unknown(
+                        other,
+                        "the tools section",
+                        "files, shell, web, memory",
+                    ));
+                }
             }
         }
         Ok(config)
@@ -124,13 +130,15 @@ fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, To
 }
 
 fn boolean(value: &Value, key: &str) -> Result<bool, ToolsConfigError> {
-    value
-        .as_bool()
-        .ok_or_else(|| ToolsConfigError(format!("{key} must be true or false, not {}", kind(value))))
+    value.as_bool().ok_or_else(|| {
+        ToolsConfigError(format!("{key} must be true or false, not {}", kind(value)))
+    })
 }
 
 fn unknown(key: &str, place: &str, known: &str) -> ToolsConfigError {
-    ToolsConfigError(format!("unknown key \"{key}\" in {place}; the keys are {known}"))
+    ToolsConfigError(format!(
+        "unknown key \"{key}\" in {place}; the keys are {known}"
+    ))
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -198,7 +206,13 @@ fn search_config(value: &Value) -> Result<SearchConfig, ToolsConfigError> {
             "duckduckgo" => {
                 ProviderConfig::DuckDuckGo(boolean(value, "tools.web.search.duckduckgo")?)
             }
-            other => return Err(unknown(other, "tools.web.search", "brave, tavily, duckduckgo")),
+            other => {
+                return Err(unknown(
+                    other,
+                    "tools.web.search",
+                    "brave, tavily, duckduckgo",
+                ));
+            }
         });
     }
     Ok(providers)
@@ -214,7 +228,9 @@ fn api_key(value: &Value, provider: &str) -> Result<String, ToolsConfigError> {
             "apiKey" => match value.as_str() {
                 Some(text) if !text.is_empty() => key = Some(text.to_owned()),
                 Some(_) => {
-                    return Err(ToolsConfigError(format!("{place}.apiKey must not be empty")));
+                    return Err(ToolsConfigError(format!(
+                        "{place}.apiKey must not be empty"
+                    )));
                 }
                 None => {
                     return Err(ToolsConfigError(format!(
@@ -243,7 +259,9 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
     let mut out: Vec<Arc<dyn Capability>> = Vec::new();
     match &config.files {
         Some(FilesConfig::Enabled(false)) => {}
-        None | Some(FilesConfig::Enabled(true)) => out.push(Arc::new(files(FilesOptions::default()))),
+        None | Some(FilesConfig::Enabled(true)) => {
+            out.push(Arc::new(files(FilesOptions::default())))
+        }
         Some(FilesConfig::Options { require_read }) => out.push(Arc::new(files(FilesOptions {
             require_read: require_read.unwrap_or(true),
             ..FilesOptions::default()

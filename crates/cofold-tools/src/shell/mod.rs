@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cofold_agents::capability::{Capability, CapabilityArgs};
-use cofold_agents::tool::{Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use cofold_agents::tool::{
+    Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -179,8 +181,11 @@ impl Run {
             .timeout_ms
             .unwrap_or(options.timeout_ms)
             .min(options.max_timeout_ms);
-        let cwd = resolve_within(&self.workspace, Path::new(input.cwd.as_deref().unwrap_or(".")))
-            .absolute;
+        let cwd = resolve_within(
+            &self.workspace,
+            Path::new(input.cwd.as_deref().unwrap_or(".")),
+        )
+        .absolute;
         let is_folder = tokio::fs::metadata(&cwd)
             .await
             .map(|m| m.is_dir())

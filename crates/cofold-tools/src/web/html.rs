@@ -24,9 +24,8 @@ static WHITESPACE: LazyLock<Regex> = LazyLock::new(|| re(r"\s+"));
 static LINE_BREAK_TAG: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)<(?:br|hr)\b[^>]*>"));
 static PARAGRAPH_END: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)</(?:p|h[1-6]|blockquote|pre|table)\s*>"));
-static BLOCK_END: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"(?i)</(?:div|li|tr|section|article|header|footer|nav|ul|ol|dd|dt)\s*>")
-});
+static BLOCK_END: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)</(?:div|li|tr|section|article|header|footer|nav|ul|ol|dd|dt)\s*>"));
 static LIST_ITEM: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)<li\b[^>]*>"));
 static ANY_TAG: LazyLock<Regex> = LazyLock::new(|| re(r"<[^>]+>"));
 static ENTITY: LazyLock<Regex> =
@@ -66,7 +65,10 @@ pub fn html_to_text(html: &str) -> String {
         .split('\n')
         .map(|line| SPACES.replace_all(line, " ").trim().to_owned())
         .collect();
-    let body = MANY_BREAKS.replace_all(&lines.join("\n"), "\n\n").trim().to_owned();
+    let body = MANY_BREAKS
+        .replace_all(&lines.join("\n"), "\n\n")
+        .trim()
+        .to_owned();
 
     if title.is_empty() {
         body
@@ -125,7 +127,10 @@ mod tests {
 
     #[test]
     fn invalid_code_points_stay_as_written() {
-        assert_eq!(html_to_text("a&#xD800;b&#99999999999;"), "a&#xD800;b&#99999999999;");
+        assert_eq!(
+            html_to_text("a&#xD800;b&#99999999999;"),
+            "a&#xD800;b&#99999999999;"
+        );
     }
 
     #[test]

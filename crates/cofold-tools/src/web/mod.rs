@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cofold_agents::capability::{Capability, CapabilityArgs};
-use cofold_agents::tool::{Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use cofold_agents::tool::{
+    Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

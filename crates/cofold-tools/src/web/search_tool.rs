@@ -22,7 +22,10 @@ struct SearchInput {
     count: Option<usize>,
 }
 
-pub(super) fn web_search_def(providers: Arc<Vec<Arc<dyn SearchProvider>>>, timeout_ms: u64) -> ToolDef {
+pub(super) fn web_search_def(
+    providers: Arc<Vec<Arc<dyn SearchProvider>>>,
+    timeout_ms: u64,
+) -> ToolDef {
     let ids: Vec<&str> = providers.iter().map(|p| p.id()).collect();
     let description = format!(
         "Search the web and get titles, URLs and snippets ({}). {DEFAULT_COUNT} results unless \
@@ -48,10 +51,16 @@ pub(super) fn web_search_def(providers: Arc<Vec<Arc<dyn SearchProvider>>>, timeo
                 let input: SearchInput = serde_json::from_value(input)
                     .map_err(|e| ToolError::failed(format!("bad input: {e}")))?;
                 let count = input.count.unwrap_or(DEFAULT_COUNT).min(MAX_COUNT);
-                search(&providers, &input.query, count, timeout_ms, ctx.signal.token())
-                    .await
-                    .map(ToolOutput::from)
-                    .map_err(ToolError::failed)
+                search(
+                    &providers,
+                    &input.query,
+                    count,
+                    timeout_ms,
+                    ctx.signal.token(),
+                )
+                .await
+                .map(ToolOutput::from)
+                .map_err(ToolError::failed)
             }
         }),
     )
@@ -59,7 +68,12 @@ pub(super) fn web_search_def(providers: Arc<Vec<Arc<dyn SearchProvider>>>, timeo
         network: true,
         ..ToolEffects::default()
     })
-    .subject(|input: &Value| input.get("query").and_then(Value::as_str).map(str::to_owned))
+    .subject(|input: &Value| {
+        input
+            .get("query")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
 }
 
 /// Asks each provider in turn; a failure (or its timeout) is noted and the next one asked.
@@ -107,7 +121,11 @@ fn rows(results: &[SearchResult]) -> String {
         .enumerate()
         .map(|(i, result)| {
             let mut row = format!("{}. {}\n   {}", i + 1, result.title, result.url);
-            let snippet = result.snippet.split_whitespace().collect::<Vec<_>>().join(" ");
+            let snippet = result
+                .snippet
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             if !snippet.is_empty() {
                 row.push_str("\n   ");
                 row.push_str(&snippet);

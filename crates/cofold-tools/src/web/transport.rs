@@ -76,7 +76,11 @@ impl FetchError {
     pub fn reason(&self) -> String {
         match &self.code {
             Some(code) => code.clone(),
-            None => self.message.split_whitespace().collect::<Vec<_>>().join(" "),
+            None => self
+                .message
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }

@@ -1,0 +1,15 @@
+mod files_decl;
+mod files_edits;
+mod files_fixture;
+mod files_list;
+mod files_read;
+mod files_record;
+mod files_search;
+mod files_swap;
+mod memory;
+mod paths;
+mod search;
+mod shell;
+mod standard;
+mod tools_driver;
+mod web;
