@@ -1,0 +1,3 @@
+//! The integration tests of `cofold-agents`, one binary.
+
+mod suite;
