@@ -156,10 +156,10 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         while status.is_none() || !out_done || !err_done {
             tokio::select! {
                 waited = child.wait(), if status.is_none() => {
-                    let waited = waited?;
                     // Reaped: from here on the pid may be reused, so never signal it alone.
+                    // (A failed wait means there is no child left to wait for.)
                     guard.child_reaped();
-                    status = Some(waited);
+                    status = Some(waited.unwrap_or_default());
                 }
                 () = &mut out_reader, if !out_done => out_done = true,
                 () = &mut err_reader, if !err_done => err_done = true,
@@ -256,15 +256,12 @@ impl CappedText {
         if self.truncated {
             return; // read and discarded, so the child never blocks on a full pipe
         }
-        let mut joined;
-        let mut input = bytes;
-        if !self.pending.is_empty() {
-            joined = std::mem::take(&mut self.pending);
-            joined.extend_from_slice(bytes);
-            input = &joined[..];
-            self.decode(input);
+        if self.pending.is_empty() {
+            self.decode(bytes);
         } else {
-            self.decode(input);
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.extend_from_slice(bytes);
+            self.decode(&joined);
         }
     }
 
