@@ -506,3 +506,48 @@ async fn keys_never_show() {
         assert!(!request.path_and_query.contains(key));
     }
 }
+
+/// Records the count it was asked for and answers with more results than that.
+struct Counting {
+    asked: Mutex<Vec<usize>>,
+}
+
+impl SearchProvider for Counting {
+    fn id(&self) -> &str {
+        "counting"
+    }
+
+    fn search(&self, args: SearchArgs) -> BoxFuture<'_, Result<Vec<SearchResult>, SearchError>> {
+        self.asked.lock().expect("lock").push(args.count);
+        let results = (1..=30)
+            .map(|i| result(&format!("R{i}"), &format!("https://r{i}.example/"), ""))
+            .collect();
+        Box::pin(async move { Ok(results) })
+    }
+}
+
+#[tokio::test]
+async fn the_count_defaults_to_five_and_cuts_the_rows() {
+    let provider = Arc::new(Counting {
+        asked: Mutex::default(),
+    });
+    let caps = search_tools(vec![provider.clone()], 20_000).await;
+    let five = caps.ok("web_search", json!({"query": "q"})).await;
+    assert_eq!(five.lines().filter(|l| !l.starts_with(' ')).count(), 5);
+    assert!(five.ends_with("5. R5\n   https://r5.example/"), "{five}");
+    let twenty = caps
+        .ok("web_search", json!({"query": "q", "count": 20}))
+        .await;
+    assert_eq!(twenty.lines().filter(|l| !l.starts_with(' ')).count(), 20);
+    assert_eq!(*provider.asked.lock().expect("lock"), [5, 20]);
+    assert!(
+        caps.tool("web_search")
+            .validate(&json!({"query": "q", "count": 21}))
+            .is_err()
+    );
+    assert!(
+        caps.tool("web_search")
+            .validate(&json!({"query": ""}))
+            .is_err()
+    );
+}

@@ -737,3 +737,24 @@ async fn the_real_guard_refuses_a_real_loopback_server() {
         .expect("localhost resolves");
     assert!(found.iter().all(|a| a.is_loopback()), "{found:?}");
 }
+
+#[tokio::test]
+async fn a_cancelled_run_ends_the_fetch() {
+    let f = fixture().await;
+    f.web.route("https://slow.example/", Answer::Never);
+    let controller = super::tools_driver::controller();
+    super::tools_driver::cancel(&controller);
+    let refusal = f
+        .caps
+        .call_with(
+            "web_fetch",
+            json!({"url": "https://slow.example/"}),
+            controller.signal(),
+        )
+        .await
+        .expect_err("ended");
+    assert_eq!(
+        refusal,
+        "cannot fetch https://slow.example/: timed out after 20 s"
+    );
+}
