@@ -336,3 +336,26 @@ pub fn mask_secrets_of(name: &str, options: &Value) -> Value {
     }
     out
 }
+
+#[cfg(all(test, feature = "test-plugins"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_options_split_at_the_longest_built_in_name() {
+        let (plugin, key, value) =
+            split_plugin_option("@ahpd/agent-echo-twin.delayMs=5").expect("valid");
+        assert_eq!(plugin, "@ahpd/agent-echo-twin");
+        assert_eq!(key, "delayMs");
+        assert_eq!(value, serde_json::json!(5));
+        let (plugin, key, value) =
+            split_plugin_option("@ahpd/agent-echo.store=a b").expect("valid");
+        assert_eq!(
+            (plugin.as_str(), key.as_str()),
+            ("@ahpd/agent-echo", "store")
+        );
+        assert_eq!(value, serde_json::json!("a b"));
+        assert!(split_plugin_option("@ahpd/agent-echo=1").is_err());
+        assert!(split_plugin_option("nope.x=1").is_err());
+    }
+}

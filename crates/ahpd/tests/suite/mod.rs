@@ -6,5 +6,6 @@ mod daemon;
 mod plugins;
 mod process;
 mod records;
+mod sessions;
 mod support;
 mod vault;

@@ -1,0 +1,182 @@
+//! Startup and idle memory of `ahpd`, next to a bare Node.js process started the same way.
+//!
+//! Measures, for the daemon with the echo plugin on a free loopback port: the time from spawn to
+//! the answer of `initialize` over a real WebSocket (official `ahp` client), and the resident
+//! memory after 5 s idle. The baseline is `node -e` with a timer, spawned the same way: time to
+//! its first line on standard output, and its resident memory after 5 s. Run with
+//! `cargo bench -p ahpd --bench startup` (release build).
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ahp::client::{Client, ClientConfig};
+
+const RUNS: usize = 30;
+const IDLE: Duration = Duration::from_secs(5);
+const NODE_SCRIPT: &str = "console.log('ready'); setInterval(() => {}, 1000)";
+
+fn ahpd(config: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ahpd"));
+    c.args(["--plugin", "@ahpd/agent-echo", "--port", "0"])
+        .env("HOME", config)
+        .env("XDG_CONFIG_HOME", config)
+        .env_remove("AHPD_CONFIG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_owned()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Spawn → `initialize` answered, once.
+fn ahpd_startup(rt: &tokio::runtime::Runtime, config: &std::path::Path) -> (Duration, Duration) {
+    let started = Instant::now();
+    let mut child = ahpd(config).spawn().unwrap();
+    let line = first_line(&mut child);
+    let listening = started.elapsed();
+    let address = line.strip_prefix("ahpd listening on ").unwrap().to_owned();
+    rt.block_on(async {
+        let transport = ahp_ws::WebSocketTransport::connect(&address).await.unwrap();
+        let client = Client::connect(transport, ClientConfig::default())
+            .await
+            .unwrap();
+        client
+            .initialize("bench".into(), vec!["1.0.0".into()], Vec::new())
+            .await
+            .unwrap();
+    });
+    let answered = started.elapsed();
+    stop(child);
+    (listening, answered)
+}
+
+fn node_startup() -> Option<Duration> {
+    let started = Instant::now();
+    let mut child = Command::new("node")
+        .args(["-e", NODE_SCRIPT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let line = first_line(&mut child);
+    let took = started.elapsed();
+    stop(child);
+    (line == "ready").then_some(took)
+}
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let p90 = v[(v.len() * 9 / 10).min(v.len() - 1)];
+    (ms(v[0]), ms(v[v.len() / 2]), ms(p90))
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not used by this benchmark.
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // One warm-up run writes the default record, as a user's second start would find it.
+    ahpd_startup(&rt, dir.path());
+
+    let mut listen = Vec::new();
+    let mut answered = Vec::new();
+    for _ in 0..RUNS {
+        let (l, a) = ahpd_startup(&rt, dir.path());
+        listen.push(l);
+        answered.push(a);
+    }
+    let node_available = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let node_times: Vec<Duration> = if node_available {
+        (0..RUNS).filter_map(|_| node_startup()).collect()
+    } else {
+        Vec::new()
+    };
+
+    // Idle memory: both processes started together, measured after the same 5 s.
+    let mut daemon = ahpd(dir.path()).spawn().unwrap();
+    first_line(&mut daemon);
+    let node = if node_available {
+        let mut n = Command::new("node")
+            .args(["-e", NODE_SCRIPT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        first_line(&mut n);
+        Some(n)
+    } else {
+        None
+    };
+    std::thread::sleep(IDLE);
+    let daemon_rss = rss_kib(daemon.id());
+    let node_rss = node.as_ref().map(|n| rss_kib(n.id()));
+    stop(daemon);
+    if let Some(n) = node {
+        stop(n);
+    }
+
+    let (lmin, lmed, lp90) = stats(listen);
+    let (amin, amed, ap90) = stats(answered);
+    println!("startup ({RUNS} runs, ms)            min      median   p90");
+    println!("ahpd spawn -> listening line     {lmin:8.2} {lmed:8.2} {lp90:8.2}");
+    println!("ahpd spawn -> initialize answer  {amin:8.2} {amed:8.2} {ap90:8.2}");
+    if node_times.is_empty() {
+        println!("node: not found on PATH; the Node.js baseline column is skipped");
+    } else {
+        let (nmin, nmed, np90) = stats(node_times);
+        println!("node spawn -> first line         {nmin:8.2} {nmed:8.2} {np90:8.2}");
+        println!(
+            "ratio ahpd initialize / node first line (median): {:.2}",
+            amed / nmed
+        );
+    }
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!("idle RSS after {} s:", IDLE.as_secs());
+    println!(
+        "ahpd (echo plugin, no connection): {:7.2} MiB",
+        mib(daemon_rss)
+    );
+    match node_rss {
+        Some(n) => {
+            println!("node -e with a timer:              {:7.2} MiB", mib(n));
+            println!("ratio ahpd / node: {:.2}", daemon_rss as f64 / n as f64);
+        }
+        None => println!("node: not found on PATH; the Node.js baseline column is skipped"),
+    }
+}

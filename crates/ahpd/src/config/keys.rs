@@ -1,0 +1,324 @@
+//! Reading one configuration file and checking its keys: every known key's value, and a
+//! warning for each unknown one.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{ConfigError, PluginEntry, TokenSetting};
+use crate::fsutil;
+use crate::locations::{self, Locations};
+use crate::vault;
+
+/// One file's known keys, checked.
+#[derive(Debug, Default)]
+pub(super) struct Layer {
+    pub(super) paths: Option<Vec<PathBuf>>,
+    pub(super) host: Option<String>,
+    pub(super) port: Option<u16>,
+    pub(super) tokens: Vec<(&'static str, TokenSetting)>,
+    pub(super) delta_window_ms: Option<u64>,
+    pub(super) plugins: Option<Vec<PluginEntry>>,
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "paths",
+    "host",
+    "port",
+    "connectionToken",
+    "connectionTokenFile",
+    "withoutConnectionToken",
+    "deltaWindowMs",
+    "plugins",
+];
+
+/// Reads one file as a JSON object; `Ok(None)` when it is absent and `required` is false.
+pub fn read_object(file: &Path, required: bool) -> Result<Option<Map<String, Value>>, ConfigError> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ConfigError::File {
+                file: file.to_path_buf(),
+                problem: "no such file".into(),
+            });
+        }
+        Err(e) => {
+            return Err(ConfigError::File {
+                file: file.to_path_buf(),
+                problem: format!("cannot read it: {e}"),
+            });
+        }
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(_) => Err(ConfigError::File {
+            file: file.to_path_buf(),
+            problem: "must be a JSON object".into(),
+        }),
+        Err(e) => Err(ConfigError::File {
+            file: file.to_path_buf(),
+            problem: fsutil::json_problem(&e),
+        }),
+    }
+}
+
+/// The files to read, in order: the `--config-file`, or the base file then `$AHPD_CONFIG`.
+/// Each is paired with whether it must exist.
+pub fn file_list(loc: &Locations) -> Vec<(PathBuf, bool)> {
+    if loc.explicit {
+        return vec![(loc.base_file.clone(), true)];
+    }
+    let mut files = vec![(loc.base_file.clone(), false)];
+    if let Some(extra) = std::env::var_os("AHPD_CONFIG").filter(|v| !v.is_empty()) {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        files.push((cwd.join(extra), true));
+    }
+    files
+}
+
+fn key_err(file: &Path, key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Key {
+        file: file.to_path_buf(),
+        key: key.into(),
+        problem: problem.into(),
+    }
+}
+
+fn dir_of(file: &Path) -> PathBuf {
+    file.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer, ConfigError> {
+    let mut layer = Layer::default();
+    let base = dir_of(file);
+    for (key, value) in map {
+        match key.as_str() {
+            "paths" => {
+                let Value::Array(items) = value else {
+                    return Err(key_err(file, "paths", "must be an array of folder paths"));
+                };
+                let mut paths = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let key = format!("paths[{i}]");
+                    let raw = item
+                        .as_str()
+                        .filter(|s| !s.is_empty())
+                        .ok_or_else(|| key_err(file, &key, "must be a folder path"))?;
+                    let path = locations::resolve_path(raw, &base)?;
+                    if !path.is_dir() {
+                        return Err(key_err(
+                            file,
+                            &key,
+                            format!("{} is not an existing directory", path.display()),
+                        ));
+                    }
+                    paths.push(path);
+                }
+                layer.paths = Some(paths);
+            }
+            "host" => match value.as_str() {
+                Some(h) if !h.trim().is_empty() => layer.host = Some(h.to_owned()),
+                _ => return Err(key_err(file, "host", "must be a non-empty string")),
+            },
+            "port" => {
+                let port = value
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .ok_or_else(|| key_err(file, "port", "must be an integer from 0 to 65535"))?;
+                layer.port = Some(port);
+            }
+            "deltaWindowMs" => {
+                let ms = value.as_u64().filter(|ms| *ms <= 10_000).ok_or_else(|| {
+                    key_err(file, "deltaWindowMs", "must be an integer from 0 to 10000")
+                })?;
+                layer.delta_window_ms = Some(ms);
+            }
+            "connectionToken" => {
+                let setting = match value {
+                    Value::String(s) if !s.is_empty() => {
+                        TokenSetting::Literal(vault::Secret::new(s.clone()))
+                    }
+                    Value::Object(_) => {
+                        let name = secret_ref(value).ok_or_else(|| {
+                            key_err(
+                                file,
+                                "connectionToken",
+                                "must be a non-empty string or {\"$secret\": \"<name>\"}",
+                            )
+                        })?;
+                        vault::check_name(name)
+                            .map_err(|e| key_err(file, "connectionToken", e.to_string()))?;
+                        TokenSetting::SecretRef(name.to_owned())
+                    }
+                    _ => {
+                        return Err(key_err(
+                            file,
+                            "connectionToken",
+                            "must be a non-empty string or {\"$secret\": \"<name>\"}",
+                        ));
+                    }
+                };
+                layer.tokens.push(("connectionToken", setting));
+            }
+            "connectionTokenFile" => {
+                let raw = value
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| key_err(file, "connectionTokenFile", "must be a file path"))?;
+                let path = locations::resolve_path(raw, &base)?;
+                layer
+                    .tokens
+                    .push(("connectionTokenFile", TokenSetting::File(path)));
+            }
+            "withoutConnectionToken" => {
+                let on = value.as_bool().ok_or_else(|| {
+                    key_err(file, "withoutConnectionToken", "must be true or false")
+                })?;
+                if on {
+                    layer
+                        .tokens
+                        .push(("withoutConnectionToken", TokenSetting::Without));
+                }
+            }
+            "plugins" => layer.plugins = Some(check_plugins(file, value)?),
+            other => {
+                debug_assert!(!KNOWN_KEYS.contains(&other));
+                tracing::warn!("ahpd: {}: unknown key {other} (ignored)", file.display());
+            }
+        }
+    }
+    Ok(layer)
+}
+
+/// The name inside `{"$secret": "<name>"}`, when `value` is exactly that.
+pub fn secret_ref(value: &Value) -> Option<&str> {
+    let map = value.as_object()?;
+    if map.len() != 1 {
+        return None;
+    }
+    map.get("$secret")?.as_str()
+}
+
+fn check_plugins(file: &Path, value: &Value) -> Result<Vec<PluginEntry>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(key_err(
+            file,
+            "plugins",
+            "must be an array of plugin names or {\"name\", \"options\", \"enabled\"} objects",
+        ));
+    };
+    let mut entries: Vec<PluginEntry> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("plugins[{i}]");
+        let entry = match item {
+            Value::String(name) if !name.is_empty() => PluginEntry {
+                name: name.clone(),
+                options: Map::new(),
+                enabled: true,
+            },
+            Value::Object(obj) => {
+                let name = obj
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| key_err(file, format!("{at}.name"), "must be a plugin name"))?;
+                let options = match obj.get("options") {
+                    None => Map::new(),
+                    Some(Value::Object(o)) => o.clone(),
+                    Some(_) => {
+                        return Err(key_err(file, format!("{at}.options"), "must be an object"));
+                    }
+                };
+                let enabled = match obj.get("enabled") {
+                    None => true,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => {
+                        return Err(key_err(
+                            file,
+                            format!("{at}.enabled"),
+                            "must be true or false",
+                        ));
+                    }
+                };
+                for k in obj.keys() {
+                    if !matches!(k.as_str(), "name" | "options" | "enabled") {
+                        tracing::warn!("ahpd: {}: unknown key {at}.{k} (ignored)", file.display());
+                    }
+                }
+                PluginEntry {
+                    name: name.to_owned(),
+                    options,
+                    enabled,
+                }
+            }
+            _ => {
+                return Err(key_err(
+                    file,
+                    at,
+                    "must be a plugin name or {\"name\", \"options\", \"enabled\"}",
+                ));
+            }
+        };
+        if entries.iter().any(|e| e.name == entry.name) {
+            return Err(key_err(
+                file,
+                at,
+                format!("{} appears twice; give each plugin one entry", entry.name),
+            ));
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer_of(text: &str) -> Result<Layer, ConfigError> {
+        let map: Map<String, Value> = serde_json::from_str(text).expect("object");
+        check_layer(Path::new("/cfg/config.json"), &map)
+    }
+
+    #[test]
+    fn wrong_values_name_the_key() {
+        let err = layer_of(r#"{"port": "x"}"#).expect_err("bad port");
+        assert_eq!(
+            err.to_string(),
+            "/cfg/config.json: port: must be an integer from 0 to 65535"
+        );
+        let err = layer_of(r#"{"plugins": [{"name": "a", "enabled": 1}]}"#).expect_err("bad");
+        assert_eq!(
+            err.to_string(),
+            "/cfg/config.json: plugins[0].enabled: must be true or false"
+        );
+        let err = layer_of(r#"{"plugins": ["a", "a"]}"#).expect_err("twice");
+        assert!(err.to_string().contains("plugins[1]: a appears twice"));
+        let err = layer_of(r#"{"connectionToken": 5}"#).expect_err("token");
+        assert!(err.to_string().contains("connectionToken: must be"));
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("work")).expect("mkdir");
+        let file = dir.path().join("config.json");
+        let map: Map<String, Value> =
+            serde_json::from_str(r#"{"paths": ["work"], "connectionTokenFile": "t"}"#)
+                .expect("object");
+        let layer = check_layer(&file, &map).expect("valid");
+        assert_eq!(layer.paths, Some(vec![dir.path().join("work")]));
+        assert_eq!(
+            layer.tokens,
+            vec![(
+                "connectionTokenFile",
+                TokenSetting::File(dir.path().join("t"))
+            )]
+        );
+        let map: Map<String, Value> =
+            serde_json::from_str(r#"{"paths": ["work", "gone"]}"#).expect("object");
+        let err = check_layer(&file, &map).expect_err("missing folder");
+        assert!(err.to_string().contains(": paths[1]: "));
+    }
+}

@@ -1,0 +1,370 @@
+//! The configuration files: finding, parsing, checking and merging them, then the flags on top.
+//!
+//! Every known key is checked when its file is read, so a wrong value stops the start before
+//! anything listens, with one line naming the file and the key. Unknown keys only warn, which
+//! keeps the upstream daemon's files usable.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::cli::RunArgs;
+use crate::locations::{self, Locations, NoHome};
+
+mod keys;
+
+use crate::vault;
+use keys::check_layer;
+pub use keys::{file_list, read_object, secret_ref};
+
+/// Default bind address.
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+/// Default port.
+pub const DEFAULT_PORT: u16 = 9187;
+/// Default delta coalescing window.
+pub const DEFAULT_DELTA_WINDOW_MS: u64 = 75;
+
+/// A configuration problem; every one exits with code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A key of a file has a wrong value.
+    #[error("{}: {key}: {problem}", file.display())]
+    Key {
+        /// The file that set it.
+        file: PathBuf,
+        /// The key, with indexes for array members (`paths[1]`).
+        key: String,
+        /// What is wrong, never quoting a secret.
+        problem: String,
+    },
+    /// A file is missing, unreadable or not JSON.
+    #[error("{}: {problem}", file.display())]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong (`line 7, column 3: expected ','`).
+        problem: String,
+    },
+    /// A command-line problem the parser could not see.
+    #[error("{0}")]
+    Usage(String),
+    /// No home folder.
+    #[error(transparent)]
+    NoHome(#[from] NoHome),
+}
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// A configuration file.
+    File(PathBuf),
+    /// The command line.
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Flag => f.write_str("flag"),
+        }
+    }
+}
+
+/// A value with its source.
+#[derive(Debug, Clone)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    fn default(value: T) -> Self {
+        Sourced {
+            value,
+            source: Source::Default,
+        }
+    }
+}
+
+/// How connections are authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSetting {
+    /// No token option given (allowed on loopback only).
+    Unset,
+    /// A literal token.
+    Literal(vault::Secret),
+    /// A token kept in the vault under this name.
+    SecretRef(String),
+    /// A token read from (or created in) this file.
+    File(PathBuf),
+    /// Explicitly no token.
+    Without,
+}
+
+/// One entry of the `plugins` array.
+#[derive(Debug, Clone)]
+pub struct PluginEntry {
+    /// The plugin's package name.
+    pub name: String,
+    /// The options the entry sets (merged over the plugin's defaults later).
+    pub options: Map<String, Value>,
+    /// `false` when the entry says `"enabled": false`.
+    pub enabled: bool,
+}
+
+/// The effective configuration: files merged, then flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+    /// Folders served.
+    pub paths: Sourced<Vec<PathBuf>>,
+    /// Bind address.
+    pub host: Sourced<String>,
+    /// Port.
+    pub port: Sourced<u16>,
+    /// Token choice.
+    pub token: Sourced<TokenSetting>,
+    /// Delta coalescing window.
+    pub delta_window_ms: Sourced<u64>,
+    /// The `plugins` array of the files.
+    pub plugins: Sourced<Vec<PluginEntry>>,
+}
+
+/// Reads and merges the configuration files (no flags).
+pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
+    let mut settings = Settings {
+        files: Vec::new(),
+        paths: Sourced::default(vec![locations::home()?]),
+        host: Sourced::default(DEFAULT_HOST.to_owned()),
+        port: Sourced::default(DEFAULT_PORT),
+        token: Sourced::default(TokenSetting::Unset),
+        delta_window_ms: Sourced::default(DEFAULT_DELTA_WINDOW_MS),
+        plugins: Sourced::default(Vec::new()),
+    };
+    // Token keys across every file, so two of them in the merged result can be named together.
+    let mut token_keys: Vec<(&'static str, PathBuf, TokenSetting)> = Vec::new();
+    for (file, required) in file_list(loc) {
+        let Some(map) = read_object(&file, required)? else {
+            continue;
+        };
+        let layer = check_layer(&file, &map)?;
+        let from = || Source::File(file.clone());
+        if let Some(v) = layer.paths {
+            settings.paths = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.host {
+            settings.host = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.port {
+            settings.port = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.delta_window_ms {
+            settings.delta_window_ms = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.plugins {
+            settings.plugins = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        for (key, setting) in layer.tokens {
+            // A later file's value for the same key replaces the earlier one.
+            token_keys.retain(|(k, _, _)| *k != key);
+            token_keys.push((key, file.clone(), setting));
+        }
+        settings.files.push(file);
+    }
+    match token_keys.len() {
+        0 => {}
+        1 => {
+            if let Some((_, file, setting)) = token_keys.pop() {
+                settings.token = Sourced {
+                    value: setting,
+                    source: Source::File(file),
+                };
+            }
+        }
+        _ => {
+            let named: Vec<String> = token_keys
+                .iter()
+                .map(|(k, f, _)| format!("{k} ({})", f.display()))
+                .collect();
+            return Err(ConfigError::Usage(format!(
+                "{} are all set: keep one token option",
+                named.join(", ")
+            )));
+        }
+    }
+    Ok(settings)
+}
+
+impl Settings {
+    /// Applies the command-line options over the files, key by key.
+    pub fn apply_flags(&mut self, run: &RunArgs) -> Result<(), ConfigError> {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        if !run.paths.is_empty() {
+            let mut paths = Vec::new();
+            for p in &run.paths {
+                let path = locations::resolve_path(&p.to_string_lossy(), &cwd)?;
+                if !path.is_dir() {
+                    return Err(ConfigError::Usage(format!(
+                        "--path {}: not an existing directory",
+                        p.display()
+                    )));
+                }
+                paths.push(path);
+            }
+            self.paths = Sourced {
+                value: paths,
+                source: Source::Flag,
+            };
+        }
+        if let Some(host) = &run.host {
+            if host.trim().is_empty() {
+                return Err(ConfigError::Usage("--host: must not be empty".into()));
+            }
+            self.host = Sourced {
+                value: host.clone(),
+                source: Source::Flag,
+            };
+        }
+        if let Some(port) = run.port {
+            self.port = Sourced {
+                value: port,
+                source: Source::Flag,
+            };
+        }
+        if let Some(ms) = run.delta_window_ms {
+            self.delta_window_ms = Sourced {
+                value: ms,
+                source: Source::Flag,
+            };
+        }
+        let token = if let Some(t) = &run.connection_token {
+            if t.is_empty() {
+                return Err(ConfigError::Usage(
+                    "--connection-token: must not be empty".into(),
+                ));
+            }
+            Some(TokenSetting::Literal(vault::Secret::new(t.clone())))
+        } else if let Some(f) = &run.connection_token_file {
+            Some(TokenSetting::File(locations::resolve_path(
+                &f.to_string_lossy(),
+                &cwd,
+            )?))
+        } else if run.without_connection_token {
+            Some(TokenSetting::Without)
+        } else {
+            None
+        };
+        if let Some(value) = token {
+            self.token = Sourced {
+                value,
+                source: Source::Flag,
+            };
+        }
+        Ok(())
+    }
+
+    /// The effective values as JSON rows `{key: {value, source}}`; secrets show as `<set>`.
+    pub fn describe(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        let mut row = |key: &str, value: Value, source: &Source| {
+            out.insert(
+                key.to_owned(),
+                serde_json::json!({"value": value, "source": source.to_string()}),
+            );
+        };
+        let paths: Vec<Value> = self
+            .paths
+            .value
+            .iter()
+            .map(|p| Value::String(p.display().to_string()))
+            .collect();
+        row("paths", Value::Array(paths), &self.paths.source);
+        row(
+            "host",
+            Value::String(self.host.value.clone()),
+            &self.host.source,
+        );
+        row("port", Value::from(self.port.value), &self.port.source);
+        let (key, value) = match &self.token.value {
+            TokenSetting::Unset => ("connectionToken", Value::Null),
+            TokenSetting::Literal(_) => ("connectionToken", Value::String("<set>".into())),
+            TokenSetting::SecretRef(name) => {
+                ("connectionToken", serde_json::json!({"$secret": name}))
+            }
+            TokenSetting::File(p) => (
+                "connectionTokenFile",
+                Value::String(p.display().to_string()),
+            ),
+            TokenSetting::Without => ("withoutConnectionToken", Value::Bool(true)),
+        };
+        row(key, value, &self.token.source);
+        row(
+            "deltaWindowMs",
+            Value::from(self.delta_window_ms.value),
+            &self.delta_window_ms.source,
+        );
+        let plugins: Vec<Value> = self
+            .plugins
+            .value
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.name,
+                    "enabled": e.enabled,
+                    "options": crate::plugins::mask_secrets_of(&e.name, &Value::Object(e.options.clone())),
+                })
+            })
+            .collect();
+        row("plugins", Value::Array(plugins), &self.plugins.source);
+        out
+    }
+}
+
+/// Whether `host` names a loopback address: `127.0.0.0/8`, `::1` or `localhost`.
+pub fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    bare.parse::<std::net::IpAddr>()
+        .map(|ip| ip.is_loopback())
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["0.0.0.0", "192.168.1.2", "example.com", "::"] {
+            assert!(!is_loopback(h), "{h}");
+        }
+    }
+}

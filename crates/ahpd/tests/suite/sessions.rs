@@ -1,0 +1,108 @@
+//! Sessions of the echo engine through the daemon, and `restart` while a turn runs.
+
+use ahp::client::{Client, SubscriptionEvent};
+use serde_json::{Value, json};
+
+use super::support::*;
+
+async fn open_session(client: &Client) -> (String, String) {
+    let uri = format!("echo:/{}", uuid::Uuid::new_v4());
+    let _: Value = client
+        .request("createSession", json!({"channel": uri, "provider": "echo"}))
+        .await
+        .unwrap();
+    let chat = ahpd_sdk::util::default_chat_uri(&uri);
+    let _: Value = client
+        .request("subscribe", json!({"channel": chat}))
+        .await
+        .unwrap();
+    (uri, chat)
+}
+
+async fn start_turn(client: &Client, chat: &str, turn: &str, text: &str) {
+    client
+        .notify(
+            "dispatchAction",
+            json!({
+                "channel": chat,
+                "clientSeq": 1,
+                "action": {
+                    "type": "chat/turnStarted",
+                    "turnId": turn,
+                    "startedAt": ahpd_sdk::util::now_iso(),
+                    "message": {"text": text, "origin": {"kind": "user"}},
+                },
+            }),
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn an_echo_turn_answers_with_the_prompt() {
+    let env = Env::new();
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "turn.log");
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let (_uri, chat) = open_session(&client).await;
+        let mut sub = client.attach_subscription(&chat).await;
+        start_turn(&client, &chat, "t1", "hello from the suite").await;
+        let mut text = String::new();
+        loop {
+            let Some(SubscriptionEvent::Action(env)) = sub.recv().await else {
+                continue;
+            };
+            let action = serde_json::to_value(&env.action).unwrap();
+            match action["type"].as_str().unwrap() {
+                "chat/delta" => text.push_str(action["content"].as_str().unwrap()),
+                "chat/turnComplete" => break,
+                _ => {}
+            }
+        }
+        assert_eq!(text, "hello from the suite");
+    });
+    assert_eq!(daemon.stop(), 0);
+    let store = env.dir().join("echo-store");
+    assert_eq!(std::fs::read_dir(store).unwrap().count(), 1);
+}
+
+#[test]
+fn restart_is_refused_while_a_turn_runs() {
+    let env = Env::new();
+    let out = env.run(&["start", "--plugin", ECHO, "--port", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.dir().join("daemon.json")).unwrap())
+            .unwrap();
+    let address = record["address"].as_str().unwrap().to_owned();
+    let rt = rt();
+    let (client, uri) = rt.block_on(async {
+        let (client, _) = client(&address).await;
+        let (uri, chat) = open_session(&client).await;
+        let mut root = client
+            .attach_subscription(ahp_types::ROOT_RESOURCE_URI)
+            .await;
+        start_turn(&client, &chat, "t1", "/hang").await;
+        // Wait until the catalogue says the session is busy.
+        loop {
+            if let Some(SubscriptionEvent::SessionSummaryChanged(p)) = root.recv().await {
+                let v = serde_json::to_value(&p).unwrap();
+                if v["changes"]["status"].as_u64().is_some_and(|s| s & 8 != 0) {
+                    break;
+                }
+            }
+        }
+        (client, uri)
+    });
+    let out = env.run(&["restart"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains(&uri), "{}", text(&out.stderr));
+    rt.block_on(client.shutdown());
+    let out = env.run(&["restart", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let again: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.dir().join("daemon.json")).unwrap())
+            .unwrap();
+    assert_ne!(again["pid"], record["pid"]);
+    assert_eq!(env.run(&["stop"]).status.code(), Some(0));
+}
