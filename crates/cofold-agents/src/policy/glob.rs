@@ -53,6 +53,48 @@ mod tests {
         assert!(match_glob("?", "é"));
     }
 
+    /// The obvious recursive definition, exponential but fine for short strings.
+    fn reference(pattern: &[char], subject: &[char]) -> bool {
+        match pattern.split_first() {
+            None => subject.is_empty(),
+            Some(('*', rest)) => (0..=subject.len()).any(|skip| reference(rest, &subject[skip..])),
+            Some((&c, rest)) => match subject.split_first() {
+                Some((&s, tail)) if c == '?' || c == s => reference(rest, tail),
+                _ => false,
+            },
+        }
+    }
+
+    fn all_strings(alphabet: &[char], max_len: usize) -> Vec<String> {
+        let mut out = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..max_len {
+            last = last
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            out.extend(last.iter().cloned());
+        }
+        out
+    }
+
+    #[test]
+    fn agrees_with_the_reference_on_every_short_case() {
+        let patterns = all_strings(&['a', 'b', '*', '?'], 4);
+        let subjects = all_strings(&['a', 'b'], 4);
+        for pattern in &patterns {
+            let p: Vec<char> = pattern.chars().collect();
+            for subject in &subjects {
+                let s: Vec<char> = subject.chars().collect();
+                assert_eq!(
+                    match_glob(pattern, subject),
+                    reference(&p, &s),
+                    "{pattern:?} against {subject:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn many_stars_stay_fast() {
         let pattern = "*a".repeat(30) + "b";
