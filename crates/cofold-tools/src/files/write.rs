@@ -1,6 +1,7 @@
 //! write_file (§3.2) and edit_file (§3.3): every byte goes through the descriptor the checked
 //! open returned, after the read-before-write check.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
@@ -18,14 +19,14 @@ pub(crate) fn write_file(run: &Run, path: &str, content: &str) -> Result<String,
     let opened = checked_open(&resolved.real, true, run.options.before_open.as_deref())
         .map_err(|r| refusal_of(r, &shown))?;
     let (mut file, verb, bytes) = match opened {
-        Opened::Created(file) => (file, "created", content.as_bytes().to_vec()),
+        Opened::Created(file) => (file, "created", Cow::Borrowed(content.as_bytes())),
         Opened::Existing(mut file) => {
             check_read(run, &file, &resolved.real, &shown)?;
             let crlf = first_break_is_crlf(&mut file).map_err(|e| Refusal::io(&shown, &e))?;
             let bytes = if crlf {
-                to_crlf(content.as_bytes())
+                Cow::Owned(to_crlf(content.as_bytes()))
             } else {
-                content.as_bytes().to_vec()
+                Cow::Borrowed(content.as_bytes())
             };
             (file, "replaced", bytes)
         }
@@ -161,8 +162,11 @@ fn first_break_is_crlf(file: &mut File) -> io::Result<bool> {
     }
 }
 
-/// Every `\r\n` becomes `\n`; lone `\r`s stay.
-fn to_lf(bytes: &[u8]) -> Vec<u8> {
+/// Every `\r\n` becomes `\n`; lone `\r`s stay. Borrowed when there is nothing to change.
+fn to_lf(bytes: &[u8]) -> Cow<'_, [u8]> {
+    if memchr::memmem::find(bytes, b"\r\n").is_none() {
+        return Cow::Borrowed(bytes);
+    }
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
     for found in memchr::memmem::find_iter(bytes, b"\r\n") {
@@ -171,7 +175,7 @@ fn to_lf(bytes: &[u8]) -> Vec<u8> {
         at = found + 2;
     }
     out.extend_from_slice(&bytes[at..]);
-    out
+    Cow::Owned(out)
 }
 
 /// Every `\n` not already preceded by `\r` becomes `\r\n`.
@@ -196,7 +200,8 @@ mod tests {
 
     #[test]
     fn line_break_conversions() {
-        assert_eq!(to_lf(b"a\r\nb\rc\n"), b"a\nb\rc\n");
+        assert_eq!(&*to_lf(b"a\r\nb\rc\n"), b"a\nb\rc\n");
+        assert!(matches!(to_lf(b"a\nb"), Cow::Borrowed(_)));
         assert_eq!(to_crlf(b"one\ntwo\r\n"), b"one\r\ntwo\r\n");
         assert_eq!(to_crlf(b"\n"), b"\r\n");
     }
