@@ -3,6 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,6 +68,53 @@ pub(crate) fn scan(
     }
     if let Some((at, _)) = pending {
         tracing::warn!(file = %path.display(), line = at, "skipping a torn last line");
+    }
+    Ok(true)
+}
+
+/// Visits the non-blank lines of a file from the last to the first until `each` breaks, reading
+/// backwards in blocks, so a caller that wants the end of a long log reads only the end. Returns
+/// whether the file existed.
+pub(crate) fn scan_back(
+    path: &Path,
+    mut each: impl FnMut(&[u8]) -> Result<ControlFlow<()>, AgentError>,
+) -> Result<bool, AgentError> {
+    const BLOCK: u64 = 64 * 1024;
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(err) => return Err(io_error("open", path, &err)),
+    };
+    let mut position = file
+        .metadata()
+        .map_err(|err| io_error("inspect", path, &err))?
+        .len();
+    // The start of the line being assembled: everything after the last newline seen so far.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut block = Vec::new();
+    while position > 0 {
+        let size = BLOCK.min(position);
+        position -= size;
+        block.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
+        file.seek(SeekFrom::Start(position))
+            .map_err(|err| io_error("seek in", path, &err))?;
+        file.read_exact(&mut block)
+            .map_err(|err| io_error("read", path, &err))?;
+        block.extend_from_slice(&carry);
+        let mut end = block.len();
+        while let Some(newline) = block[..end].iter().rposition(|byte| *byte == b'\n') {
+            let line = trim_line(&block[newline + 1..end]);
+            if !line.is_empty() && each(line)?.is_break() {
+                return Ok(true);
+            }
+            end = newline;
+        }
+        carry.clear();
+        carry.extend_from_slice(&block[..end]);
+    }
+    let line = trim_line(&carry);
+    if !line.is_empty() {
+        let _ = each(line)?;
     }
     Ok(true)
 }
@@ -275,6 +323,41 @@ mod tests {
         fs::write(&path, "\n{\"a\":1}\n\n\u{0}\u{0}\u{0}").unwrap();
         assert_eq!(values(&path).unwrap().len(), 1);
         assert_eq!(values(&dir.path().join("missing.jsonl")).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn backwards_reading_sees_every_line_in_reverse_across_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut text = String::new();
+        for n in 0..20_000 {
+            text.push_str(&format!(
+                "{{\"n\":{n},\"pad\":\"{}\"}}\n",
+                "x".repeat(n % 97)
+            ));
+            if n % 1000 == 0 {
+                text.push('\n');
+            }
+        }
+        text.push_str("{\"n\":20000");
+        fs::write(&path, &text).unwrap();
+        let mut seen = Vec::new();
+        scan_back(&path, |line| {
+            seen.push(String::from_utf8(line.to_vec()).unwrap());
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
+        let forward: Vec<&str> = text.lines().filter(|line| !line.is_empty()).collect();
+        let mut backward: Vec<&str> = seen.iter().map(String::as_str).collect();
+        backward.reverse();
+        assert_eq!(backward, forward);
+        let mut first = None;
+        scan_back(&path, |line| {
+            first = Some(line.to_vec());
+            Ok(ControlFlow::Break(()))
+        })
+        .unwrap();
+        assert_eq!(first.unwrap(), b"{\"n\":20000");
     }
 
     #[test]

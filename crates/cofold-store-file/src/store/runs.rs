@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::io;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use cofold_agents::error::AgentError;
@@ -12,11 +13,13 @@ use cofold_agents::store::{
     sort_runs, unknown_request,
 };
 use serde::de::IgnoredAny;
+use serde_json::error::Category;
 use serde_json::{Value, json};
 
 use super::{EVENTS_FILE, Inner, RUN_FILE, STEPS_FILE, lock_map};
 use crate::jsonl::{
-    append_lines, create_dirs, io_error, read_json, scan, sorted_entries, to_line, write_json,
+    append_lines, create_dirs, io_error, read_json, scan, scan_back, sorted_entries, to_line,
+    write_json,
 };
 use crate::lock;
 use crate::names::encode_segment;
@@ -223,27 +226,34 @@ fn leading_seq(line: &[u8]) -> Option<u64> {
     std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
 }
 
-/// The seq of the last intact line of an event log (0 when there is none).
+/// The seq of the last intact line of an event log (0 when there is none). Reads from the end,
+/// passing over torn lines, so its cost does not grow with the log.
 pub(crate) fn last_intact_seq(path: &Path) -> Result<u64, AgentError> {
     #[derive(serde::Deserialize)]
     struct SeqOnly {
         seq: u64,
     }
     let mut last = 0;
-    scan(path, |line| {
-        // Checking the whole line keeps a torn last line from counting.
-        serde_json::from_slice::<IgnoredAny>(line)?;
+    scan_back(path, |line| {
+        // Checking the whole line keeps a torn line from counting.
+        if serde_json::from_slice::<IgnoredAny>(line).is_err() {
+            return Ok(ControlFlow::Continue(()));
+        }
         last = match leading_seq(line) {
             Some(seq) => seq,
-            None => serde_json::from_slice::<SeqOnly>(line)?.seq,
+            None => serde_json::from_slice::<SeqOnly>(line).map_or(0, |only| only.seq),
         };
-        Ok(())
+        Ok(ControlFlow::Break(()))
     })?;
     Ok(last)
 }
 
-/// The events of a log with `seq > after`; earlier lines are not turned into events.
+/// The events of a log with `seq > after`. With `after` set, the log is read from its end back to
+/// that point only, so replaying the tail of a long run costs the tail.
 pub(crate) fn read_events(path: &Path, after: u64) -> Result<Vec<Event>, AgentError> {
+    if after > 0 {
+        return read_events_back(path, after);
+    }
     let mut events = Vec::new();
     scan(path, |line| {
         if leading_seq(line).is_some_and(|seq| seq <= after) {
@@ -256,6 +266,44 @@ pub(crate) fn read_events(path: &Path, after: u64) -> Result<Vec<Event>, AgentEr
         Ok(())
     })?;
     Ok(events)
+}
+
+fn read_events_back(path: &Path, after: u64) -> Result<Vec<Event>, AgentError> {
+    let mut events = Vec::new();
+    let mut visited = 0usize;
+    scan_back(path, |line| {
+        visited += 1;
+        if leading_seq(line).is_some_and(|seq| seq <= after) {
+            return Ok(ControlFlow::Break(()));
+        }
+        match serde_json::from_slice::<Event>(line) {
+            Ok(event) if event.seq <= after => Ok(ControlFlow::Break(())),
+            Ok(event) => {
+                events.push(event);
+                Ok(ControlFlow::Continue(()))
+            }
+            // The same rule as reading forwards: a torn line anywhere, or any bad last line, is
+            // what a crash leaves; other damage is reported.
+            Err(err) if visited == 1 || err.classify() == Category::Eof => {
+                Ok(ControlFlow::Continue(()))
+            }
+            Err(err) => Err(damaged_near_end(path, visited, &err)),
+        }
+    })?;
+    events.reverse();
+    Ok(events)
+}
+
+/// The error for a damaged line found while reading a file backwards.
+pub(crate) fn damaged_near_end(
+    path: &Path,
+    from_end: usize,
+    err: &serde_json::Error,
+) -> AgentError {
+    AgentError::internal(format!(
+        "{} is damaged {from_end} lines from its end ({err}); the file was left as it is, so mend or remove that line",
+        path.display()
+    ))
 }
 
 /// Folds a step log: one entry per invocation id in order of first appearance, the last line

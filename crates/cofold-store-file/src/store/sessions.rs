@@ -1,8 +1,8 @@
 //! Sessions, the transcript and the writer claim on disk.
 
-use std::collections::VecDeque;
 use std::fs;
 use std::io;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use cofold_agents::error::{AgentError, ErrorCode};
@@ -11,11 +11,12 @@ use cofold_agents::message::Message;
 use cofold_agents::store::{
     NewSession, RunRecord, RunStatus, SessionQuery, SessionRecord, sort_sessions,
 };
-use serde::de::IgnoredAny;
+use serde_json::error::Category;
 
+use super::runs::damaged_near_end;
 use super::{Inner, MESSAGES_FILE, RUN_FILE, SESSION_FILE, lock_map};
 use crate::jsonl::{
-    append_lines, create_dirs, io_error, read_json, scan, sorted_entries, to_line, write_json,
+    append_lines, create_dirs, io_error, read_json, scan_back, sorted_entries, to_line, write_json,
 };
 use crate::lock;
 use crate::names::encode_segment;
@@ -225,38 +226,30 @@ impl Inner {
     }
 }
 
-/// Reads a transcript, or only its last `limit` messages. With a limit, memory holds that many
-/// lines whatever the size of the file; lines before the window are checked for damage but not
-/// turned into messages.
+/// Reads a transcript, or only its last `limit` messages. With a limit the file is read from its
+/// end, so the cost and the memory follow the window, not the length of the session.
 pub(crate) fn read_messages(path: &Path, limit: Option<usize>) -> Result<Vec<Message>, AgentError> {
     let Some(limit) = limit else {
         return crate::jsonl::read_all(path);
     };
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let mut window: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit.min(4096));
-    scan(path, |line| {
-        serde_json::from_slice::<IgnoredAny>(line)?;
-        let mut slot = if window.len() == limit {
-            window.pop_front().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        slot.clear();
-        slot.extend_from_slice(line);
-        window.push_back(slot);
-        Ok(())
-    })?;
-    window
-        .iter()
-        .map(|line| {
-            serde_json::from_slice(line).map_err(|err| {
-                AgentError::internal(format!(
-                    "{} holds a line that is not a message: {err}",
-                    path.display()
-                ))
+    let mut window = Vec::with_capacity(limit.min(4096));
+    let mut visited = 0usize;
+    if limit > 0 {
+        scan_back(path, |line| {
+            visited += 1;
+            match serde_json::from_slice::<Message>(line) {
+                Ok(message) => window.push(message),
+                // A torn line anywhere, or any bad last line, is what a crash leaves.
+                Err(err) if visited == 1 || err.classify() == Category::Eof => {}
+                Err(err) => return Err(damaged_near_end(path, visited, &err)),
+            }
+            Ok(if window.len() == limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             })
-        })
-        .collect()
+        })?;
+    }
+    window.reverse();
+    Ok(window)
 }

@@ -52,6 +52,24 @@ async fn a_damaged_middle_line_is_reported_with_file_and_line_and_nothing_is_los
         after[damaged.len()..].contains("\"id\":\"m4\""),
         "the new message follows it"
     );
+    let window = disk
+        .store
+        .list_messages("s1", Some(2))
+        .await
+        .expect("a window after the damage");
+    let window: Vec<String> = window.into_iter().map(|m| m.id).collect();
+    assert_eq!(window, ["m3", "m4"]);
+    let err = disk
+        .store
+        .list_messages("s1", Some(10))
+        .await
+        .expect_err("a window reaching the damage");
+    assert!(
+        err.message
+            .contains("messages.jsonl is damaged 3 lines from its end"),
+        "{}",
+        err.message
+    );
 
     let r1 = RunRef::new("s1", "r1");
     disk.store
