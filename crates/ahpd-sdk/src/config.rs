@@ -8,7 +8,7 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, SessionConfigSchema};
 use serde_json::Value;
 
-use crate::actor::{Actor, Backend};
+use crate::actor::Actor;
 use crate::agent::Agent;
 use crate::error::RpcError;
 
@@ -151,13 +151,9 @@ impl Actor {
     fn configure_all(&mut self, changes: &JsonObject) -> Result<(), String> {
         let chats: Vec<_> = self.chats.keys().cloned().collect();
         for chat in chats {
-            if matches!(
-                self.chats.get(&chat).map(|c| &c.backend),
-                Some(Backend::Ready(_))
-            ) {
-                if let Some(Err(r)) = self.with_backend(&chat, |s| s.configure(changes)) {
-                    return Err(r.0);
-                }
+            // Chats whose backend is not open yet get the values when it opens.
+            if let Some(Err(r)) = self.with_backend(&chat, |s| s.configure(changes)) {
+                return Err(r.0);
             }
         }
         Ok(())

@@ -1,0 +1,4 @@
+//! The crate's integration tests: one binary, modules under `suite/`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod suite;

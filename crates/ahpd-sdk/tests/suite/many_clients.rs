@@ -1,0 +1,194 @@
+//! §11.5: several clients, a stalled client, coalescing, independent unsubscribes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahp::{Client, ClientConfig};
+use ahp_types::actions::StateAction;
+use ahp_types::state::ResponsePart;
+use ahpd_sdk::host::HostBuilder;
+use ahpd_sdk::testing::{ScriptedAgent, pair};
+use serde_json::{Value, json};
+
+use super::support::*;
+
+async fn joined(th: &TestHost, id: &str, session: &str, chat: &str) -> (Client, Watch) {
+    let c = client(&th.url).await;
+    let mut w = Watch::new(&c);
+    c.initialize(id.into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    for uri in [session, chat] {
+        let (r, _) = c.subscribe(uri.to_owned()).await.unwrap();
+        w.snapshot(&r.snapshot.unwrap());
+    }
+    (c, w)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_receive_identical_envelopes_and_one_unsubscribing_leaves_the_other() {
+    let th = start().await;
+    let session = "mock:/shared".to_owned();
+    let chat = ahpd_sdk::util::default_chat_uri(&session);
+    let creator = client(&th.url).await;
+    creator
+        .initialize("creator".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let _: Value = creator
+        .request("createSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    let (a, mut wa) = joined(&th, "a", &session, &chat).await;
+    let (b, mut wb) = joined(&th, "b", &session, &chat).await;
+    for (i, text) in ["hello", "reason", "tool"].iter().enumerate() {
+        let turn = format!("t{i}");
+        a.dispatch(chat.clone(), turn_started(&turn, text))
+            .await
+            .unwrap();
+        for w in [&mut wa, &mut wb] {
+            w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(x) if x.turn_id == turn))
+                .await;
+        }
+        assert_mirror(&th, &mut wa, &[&session, &chat]).await;
+        assert_mirror(&th, &mut wb, &[&session, &chat]).await;
+        assert_eq!(wa.mirror, wb.mirror);
+    }
+    let seq = |w: &Watch| {
+        w.envelopes
+            .iter()
+            .filter(|e| e.rejection_reason.is_none())
+            .map(|e| e.server_seq)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(seq(&wa), seq(&wb));
+    a.unsubscribe(chat.clone()).await.unwrap();
+    b.dispatch(chat.clone(), turn_started("t9", "hello"))
+        .await
+        .unwrap();
+    wb.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(x) if x.turn_id == "t9"))
+        .await;
+    assert_mirror(&th, &mut wb, &[&chat]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_is_closed_and_never_slows_the_others() {
+    let host = HostBuilder::new()
+        .agent(Arc::new(ScriptedAgent::new()))
+        .delta_window(Duration::ZERO)
+        .outbound_queue(16)
+        .build()
+        .unwrap();
+    let host = Arc::new(host);
+    // Client A: a healthy memory client with the official client on top.
+    let (peer_a, mem_a) = pair(8192, 1 << 20);
+    let h = host.clone();
+    tokio::spawn(async move { h.accept(peer_a).await });
+    let a = Client::connect(
+        mem_a,
+        ClientConfig {
+            default_request_timeout: Some(PATIENCE),
+            subscription_buffer: 8192,
+        },
+    )
+    .await
+    .unwrap();
+    let mut wa = Watch::new(&a);
+    a.initialize("a".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let session = "mock:/stall".to_owned();
+    let chat = ahpd_sdk::util::default_chat_uri(&session);
+    let _: Value = a
+        .request("createSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
+    wa.snapshot(&r.snapshot.unwrap());
+
+    // Client B: subscribes, then never reads again; its buffer holds one frame.
+    let (peer_b, mut mem_b) = pair(1, 1 << 20);
+    let mut closed_b = mem_b.close_watch();
+    let h = host.clone();
+    tokio::spawn(async move { h.accept(peer_b).await });
+    mem_b.send_text(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersions":["1.0.0"],"clientId":"b"}}"#).await;
+    assert!(mem_b.recv_text().await.unwrap().contains("protocolVersion"));
+    mem_b
+        .send_text(
+            &json!({"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel": chat}})
+                .to_string(),
+        )
+        .await;
+    assert!(mem_b.recv_text().await.unwrap().contains("snapshot"));
+
+    a.dispatch(chat.clone(), turn_started("big", "deltas:1000"))
+        .await
+        .unwrap();
+    let end = wa
+        .until(|e| matches!(&e.action, StateAction::ChatTurnComplete(x) if x.turn_id == "big"))
+        .await;
+    assert!(end.server_seq > 1000);
+    closed_b.wait_for(|c| c.is_some()).await.unwrap();
+    assert_eq!(closed_b.borrow().as_ref().map(|c| c.0), Some(1013));
+    let text = match &wa.mirror.chats[&chat].turns[0].response_parts[0] {
+        ResponsePart::Markdown(m) => m.content.clone(),
+        other => panic!("expected markdown, got {other:?}"),
+    };
+    assert_eq!(text.len(), 1000, "client A received every delta");
+    let snap = host.snapshot(&chat).await.unwrap();
+    wa.sync().await;
+    match snap.state {
+        ahp_types::state::SnapshotState::Chat(c) => assert_eq!(wa.mirror.chats[&chat], *c),
+        _ => panic!("chat snapshot expected"),
+    }
+}
+
+async fn delta_frames_and_state(window: Duration) -> (usize, ahp_types::state::ChatState) {
+    let th = start_with(ScriptedAgent::new(), |b| b.delta_window(window)).await;
+    let a = client(&th.url).await;
+    let mut w = Watch::new(&a);
+    a.initialize("c".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let session = "mock:/coalesce".to_owned();
+    let chat = ahpd_sdk::util::default_chat_uri(&session);
+    let _: Value = a
+        .request("createSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    a.dispatch(chat.clone(), turn_started("t", "deltas:200"))
+        .await
+        .unwrap();
+    w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(_)))
+        .await;
+    assert_mirror(&th, &mut w, &[&chat]).await;
+    let deltas = w
+        .envelopes
+        .iter()
+        .filter(|e| matches!(e.action, StateAction::ChatDelta(_)))
+        .count();
+    let mut state = w.mirror.chats[&chat].clone();
+    // Timestamps differ between runs; compare content.
+    state.modified_at.clear();
+    for t in state.turns.iter_mut() {
+        t.started_at = None;
+    }
+    (deltas, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalescing_reduces_to_the_same_state_with_fewer_frames() {
+    let (plain_frames, plain) = delta_frames_and_state(Duration::ZERO).await;
+    let (merged_frames, merged) = delta_frames_and_state(Duration::from_millis(75)).await;
+    assert_eq!(plain_frames, 200);
+    assert!(
+        merged_frames <= 20,
+        "{merged_frames} delta frames with coalescing"
+    );
+    assert_eq!(
+        plain.turns[0].response_parts,
+        merged.turns[0].response_parts
+    );
+}

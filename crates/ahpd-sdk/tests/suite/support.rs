@@ -1,0 +1,284 @@
+//! Shared test plumbing: a host on a real loopback WebSocket, official clients, and a watcher
+//! that feeds every envelope a client receives into a reducer-built mirror.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahp::{
+    Client, ClientConfig, ClientEventStream, SubscriptionEvent, Transport, TransportMessage,
+};
+use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
+use ahp_types::state::{Message, MessageKind, MessageOrigin, Snapshot, SnapshotState};
+use ahp_ws::WebSocketTransport;
+use ahpd_sdk::host::{Host, HostBuilder};
+use ahpd_sdk::testing::{Mirror, ScriptedAgent};
+use ahpd_sdk::transport::ws::{WsConfig, WsServer};
+use serde_json::Value;
+
+/// Long enough never to fire on a healthy host; only turns a hang into a failure.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct TestHost {
+    pub host: Host,
+    /// Kept so the listener lives as long as the test.
+    pub _server: WsServer,
+    pub url: String,
+}
+
+pub async fn start_with(
+    agent: ScriptedAgent,
+    f: impl FnOnce(HostBuilder) -> HostBuilder,
+) -> TestHost {
+    let builder = HostBuilder::new()
+        .agent(Arc::new(agent))
+        .delta_window(Duration::ZERO);
+    let host = f(builder).build().expect("host builds");
+    let server = host.serve_ws(WsConfig::loopback(0)).await.expect("listens");
+    let url = format!("ws://{}", server.local_addr());
+    TestHost {
+        host,
+        _server: server,
+        url,
+    }
+}
+
+pub async fn start() -> TestHost {
+    start_with(ScriptedAgent::new(), |b| b).await
+}
+
+pub async fn client(url: &str) -> Client {
+    let t = WebSocketTransport::connect(url).await.expect("connects");
+    Client::connect(
+        t,
+        ClientConfig {
+            default_request_timeout: Some(PATIENCE),
+            subscription_buffer: 4096,
+        },
+    )
+    .await
+    .expect("client starts")
+}
+
+pub fn message(text: &str) -> Message {
+    Message {
+        text: text.into(),
+        origin: MessageOrigin {
+            kind: MessageKind::User,
+        },
+        attachments: None,
+        model: None,
+        agent: None,
+        meta: None,
+    }
+}
+
+pub fn turn_started(turn: &str, text: &str) -> StateAction {
+    StateAction::ChatTurnStarted(ChatTurnStartedAction {
+        turn_id: turn.into(),
+        started_at: ahpd_sdk::util::now_iso(),
+        message: message(text),
+        queued_message_id: None,
+        meta: None,
+    })
+}
+
+/// Everything one client receives, applied to a mirror as it arrives.
+pub struct Watch {
+    client: Client,
+    events: ClientEventStream,
+    pub mirror: Mirror,
+    pub last_seq: u64,
+    pub envelopes: Vec<ActionEnvelope>,
+    pub notifications: Vec<(String, SubscriptionEvent)>,
+}
+
+impl Watch {
+    pub fn new(client: &Client) -> Self {
+        Self {
+            client: client.clone(),
+            events: client.events(),
+            mirror: Mirror::default(),
+            last_seq: 0,
+            envelopes: Vec::new(),
+            notifications: Vec::new(),
+        }
+    }
+
+    pub fn snapshot(&mut self, snap: &Snapshot) {
+        self.mirror.apply_snapshot(snap);
+    }
+
+    /// The next envelope (notifications are recorded on the way).
+    pub async fn next(&mut self) -> ActionEnvelope {
+        loop {
+            let ev = tokio::time::timeout(PATIENCE, self.events.recv())
+                .await
+                .expect("an event arrives")
+                .expect("client alive");
+            match ev.event {
+                SubscriptionEvent::Action(env) => {
+                    assert!(
+                        !matches!(env.action, StateAction::Unknown(_)),
+                        "an envelope decoded as Unknown: {env:?}"
+                    );
+                    if env.rejection_reason.is_none() {
+                        assert!(
+                            env.server_seq > self.last_seq,
+                            "serverSeq went from {} to {}",
+                            self.last_seq,
+                            env.server_seq
+                        );
+                        self.last_seq = env.server_seq;
+                    }
+                    self.mirror.apply(&env);
+                    self.envelopes.push(env.clone());
+                    return env;
+                }
+                other => self.notifications.push((ev.channel, other)),
+            }
+        }
+    }
+
+    pub async fn until(&mut self, mut pred: impl FnMut(&ActionEnvelope) -> bool) -> ActionEnvelope {
+        loop {
+            let env = self.next().await;
+            if pred(&env) {
+                return env;
+            }
+        }
+    }
+
+    /// The next protocol notification of the given kind.
+    pub async fn notification(
+        &mut self,
+        mut pred: impl FnMut(&SubscriptionEvent) -> bool,
+    ) -> SubscriptionEvent {
+        if let Some(i) = self.notifications.iter().position(|(_, n)| pred(n)) {
+            return self.notifications.remove(i).1;
+        }
+        loop {
+            let ev = tokio::time::timeout(PATIENCE, self.events.recv())
+                .await
+                .expect("an event arrives")
+                .expect("client alive");
+            match ev.event {
+                SubscriptionEvent::Action(env) => {
+                    self.last_seq = self.last_seq.max(env.server_seq);
+                    self.mirror.apply(&env);
+                    self.envelopes.push(env);
+                }
+                other if pred(&other) => return other,
+                other => self.notifications.push((ev.channel, other)),
+            }
+        }
+    }
+
+    /// Consume everything the host sent this client before now: a ping's reply is queued
+    /// behind every earlier frame, and the client fans events out before it resolves replies.
+    pub async fn sync(&mut self) {
+        self.client.ping().await.expect("ping");
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::ZERO, self.events.recv()).await {
+            match ev.event {
+                SubscriptionEvent::Action(env) => {
+                    assert!(
+                        !matches!(env.action, StateAction::Unknown(_)),
+                        "an envelope decoded as Unknown: {env:?}"
+                    );
+                    if env.rejection_reason.is_none() {
+                        assert!(
+                            env.server_seq > self.last_seq,
+                            "serverSeq went from {} to {}",
+                            self.last_seq,
+                            env.server_seq
+                        );
+                        self.last_seq = env.server_seq;
+                    }
+                    self.mirror.apply(&env);
+                    self.envelopes.push(env);
+                }
+                other => self.notifications.push((ev.channel, other)),
+            }
+        }
+    }
+}
+
+/// Every listed channel of the mirror equals a fresh snapshot from the host.
+pub async fn assert_mirror(th: &TestHost, watch: &mut Watch, uris: &[&str]) {
+    for uri in uris {
+        let snap = th
+            .host
+            .snapshot(uri)
+            .await
+            .unwrap_or_else(|| panic!("no snapshot of {uri}"));
+        watch.sync().await;
+        match &snap.state {
+            SnapshotState::Session(s) => assert_eq!(
+                watch.mirror.sessions.get(*uri),
+                Some(&**s),
+                "session {uri} differs"
+            ),
+            SnapshotState::Chat(c) => assert_eq!(
+                watch.mirror.chats.get(*uri),
+                Some(&**c),
+                "chat {uri} differs"
+            ),
+            SnapshotState::Root(r) => {
+                assert_eq!(watch.mirror.root.as_ref(), Some(&**r), "root differs")
+            }
+            _ => panic!("unexpected snapshot kind"),
+        }
+    }
+}
+
+/// A raw JSON-RPC connection for frames the official client would never send.
+pub struct Raw {
+    t: WebSocketTransport,
+}
+
+impl Raw {
+    pub async fn connect(url: &str) -> Self {
+        Self {
+            t: WebSocketTransport::connect(url).await.expect("connects"),
+        }
+    }
+
+    pub async fn send(&mut self, text: &str) {
+        self.t
+            .send(TransportMessage::Text(text.into()))
+            .await
+            .expect("sends");
+    }
+
+    pub async fn recv(&mut self) -> Option<Value> {
+        let m = tokio::time::timeout(PATIENCE, self.t.recv())
+            .await
+            .expect("a frame arrives")
+            .ok()??;
+        match m {
+            TransportMessage::Text(s) => {
+                Some(serde_json::from_str(&s).expect("host frames are JSON"))
+            }
+            TransportMessage::Binary(b) => {
+                Some(serde_json::from_slice(&b).expect("host frames are JSON"))
+            }
+            TransportMessage::Parsed(p) => Some(serde_json::to_value(p).expect("encodes")),
+        }
+    }
+
+    /// Send a request and return the reply with that id (skipping notifications).
+    pub async fn call(&mut self, text: &str) -> Value {
+        self.send(text).await;
+        loop {
+            let v = self.recv().await.expect("a reply");
+            if v.get("id").is_some() {
+                return v;
+            }
+        }
+    }
+
+    pub async fn init(&mut self, client_id: &str) -> Value {
+        let req = serde_json::json!({"jsonrpc": "2.0", "id": 1000, "method": "initialize",
+            "params": {"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id}});
+        self.call(&req.to_string()).await
+    }
+}
