@@ -143,9 +143,18 @@ impl AgentsChannel {
             .ok_or_else(|| RpcError::invalid_params("record: required"))?;
         let _turn = self.ops.lock().await;
         let taken = fixed_ids(&self.fixed);
+        let previous_owner = record.get("id").and_then(Value::as_str).and_then(|id| {
+            let inner = lock(&self.inner);
+            inner
+                .entries
+                .get(id)?
+                .record
+                .as_ref()
+                .map(|r| r.owner.clone())
+        });
         let mut entry = self
             .store
-            .put(record, &self.engines, &taken)
+            .put(record, &self.engines, &taken, previous_owner.as_deref())
             .map_err(rpc_error)?;
         let agent = build(&self.store, &self.engines, &mut entry);
         let view = entry.view();

@@ -366,6 +366,7 @@ impl RecordStore {
         value: &Value,
         engines: &[EngineSlot],
         taken: &BTreeSet<String>,
+        previous_owner: Option<&str>,
     ) -> Result<Entry, RecordError> {
         let Value::Object(map) = value else {
             return Err(RecordError::Invalid("record: must be an object".into()));
@@ -415,6 +416,12 @@ impl RecordStore {
                     Err(e) => return Err(storage(e)),
                 },
             }
+        }
+        // A record that changed hands leaves nothing in its former owner's scope.
+        if let Some(prev) = previous_owner.filter(|p| *p != record.owner) {
+            self.vault
+                .delete_prefix(&format!("{}agent/{}/", scope_of(prev), record.id))
+                .map_err(storage)?;
         }
         let stored = serde_json::to_value(&record)
             .map_err(|e| RecordError::Storage(format!("cannot encode the record: {e}")))?;

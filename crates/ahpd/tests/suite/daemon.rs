@@ -108,3 +108,44 @@ fn an_address_in_use_exits_1() {
     );
     assert_eq!(daemon.stop(), 0);
 }
+
+#[test]
+fn no_plugins_starts_with_no_agent_and_serves_the_paths() {
+    let env = Env::new();
+    let work = env.root.path().join("work dir");
+    std::fs::create_dir(&work).unwrap();
+    let daemon = env.daemon(
+        &[
+            "--no-plugins",
+            "--port",
+            "0",
+            "--path",
+            work.to_str().unwrap(),
+        ],
+        "bare.log",
+    );
+    rt().block_on(async {
+        let (_client, init) = client(&daemon.address).await;
+        let state = serde_json::to_value(&init.snapshots[0].state).unwrap();
+        assert_eq!(state["agents"], serde_json::json!([]));
+        assert_eq!(
+            init.default_directory.as_deref(),
+            Some(ahpd_sdk::util::file_uri(&work).as_str())
+        );
+    });
+    assert_eq!(daemon.stop(), 0);
+}
+
+#[test]
+fn sighup_is_ignored() {
+    let env = Env::new();
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "hup.log");
+    let pid = rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        client.ping().await.unwrap();
+    });
+    // The default action of SIGHUP would have ended the process before the ping.
+    assert_eq!(daemon.stop(), 0);
+}
