@@ -514,7 +514,12 @@ impl Hold {
     pub(crate) fn take(store_key: usize, session_id: &str, run_id: &str) -> Option<Hold> {
         let key = (store_key, session_id.to_owned(), run_id.to_owned());
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(key.clone()).then_some(Hold { key })
+        // Not `then_some`: it would build (and drop, under this lock) a hold for a taken key.
+        if held.insert(key.clone()) {
+            Some(Hold { key })
+        } else {
+            None
+        }
     }
 }
 

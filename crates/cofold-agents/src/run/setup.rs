@@ -170,6 +170,12 @@ impl Runner {
     pub(crate) fn watch_aborts(&mut self, external: Option<AbortSignal>) {
         let controller = self.side.shared.abort.clone();
         if let Some(external) = external {
+            if external.is_aborted() {
+                // Already fired: abort now, before the loop's first check.
+                controller.abort(AbortReason::Cancel {
+                    reason: Some("signal".into()),
+                });
+            }
             let controller = controller.clone();
             let mine = controller.signal();
             self.watchers.push(tokio::spawn(async move {
