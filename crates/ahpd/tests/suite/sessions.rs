@@ -38,6 +38,71 @@ async fn start_turn(client: &Client, chat: &str, turn: &str, text: &str) {
         .unwrap();
 }
 
+async fn run_turn(client: &Client, chat: &str, turn: &str, prompt: &str) -> String {
+    let mut sub = client.attach_subscription(chat).await;
+    start_turn(client, chat, turn, prompt).await;
+    let mut text = String::new();
+    loop {
+        let Some(SubscriptionEvent::Action(env)) = sub.recv().await else {
+            continue;
+        };
+        let action = serde_json::to_value(&env.action).unwrap();
+        match action["type"].as_str().unwrap() {
+            "chat/delta" => text.push_str(action["content"].as_str().unwrap()),
+            "chat/turnComplete" => return text,
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_conversation_is_listed_and_opened_after_a_restart() {
+    let env = Env::new();
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "restart.log");
+    let uri = rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let (uri, chat) = open_session(&client).await;
+        assert_eq!(
+            run_turn(&client, &chat, "t1", "first words").await,
+            "first words"
+        );
+        uri
+    });
+    assert_eq!(daemon.stop(), 0);
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "restart.log");
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let list: Value = client
+            .request(
+                "listSessions",
+                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
+            )
+            .await
+            .unwrap();
+        let row = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == uri.as_str())
+            .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
+        assert_eq!(row["title"], "first words");
+        let chat = ahpd_sdk::util::default_chat_uri(&uri);
+        let _: Value = client
+            .request("subscribe", json!({"channel": uri}))
+            .await
+            .unwrap();
+        let reply: Value = client
+            .request("subscribe", json!({"channel": chat}))
+            .await
+            .unwrap();
+        let turns = reply["snapshot"]["state"]["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 1, "{reply}");
+        assert_eq!(turns[0]["message"]["text"], "first words");
+        assert_eq!(run_turn(&client, &chat, "t2", "second").await, "second");
+    });
+    assert_eq!(daemon.stop(), 0);
+}
+
 #[test]
 fn an_echo_turn_answers_with_the_prompt() {
     let env = Env::new();
@@ -45,20 +110,7 @@ fn an_echo_turn_answers_with_the_prompt() {
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
         let (_uri, chat) = open_session(&client).await;
-        let mut sub = client.attach_subscription(&chat).await;
-        start_turn(&client, &chat, "t1", "hello from the suite").await;
-        let mut text = String::new();
-        loop {
-            let Some(SubscriptionEvent::Action(env)) = sub.recv().await else {
-                continue;
-            };
-            let action = serde_json::to_value(&env.action).unwrap();
-            match action["type"].as_str().unwrap() {
-                "chat/delta" => text.push_str(action["content"].as_str().unwrap()),
-                "chat/turnComplete" => break,
-                _ => {}
-            }
-        }
+        let text = run_turn(&client, &chat, "t1", "hello from the suite").await;
         assert_eq!(text, "hello from the suite");
     });
     assert_eq!(daemon.stop(), 0);
