@@ -1,4 +1,28 @@
 //! The `cofold` engine of ahpd, registered by the plugin `@ahpd/agent-cofold`.
 //!
 //! One AHP chat is one cofold session: turns become runs of the cofold runtime, run events become
-//! AHP actions, and approvals go through the host.
+//! AHP actions, and approvals go through the host. See `PLUGINS.md` for the options and
+//! `AGENT.md` for how the `Agent` and `Session` contracts are met.
+
+mod actions;
+pub mod agent;
+mod asks;
+pub mod build;
+pub mod models;
+pub mod options;
+pub mod plugin;
+pub mod session;
+mod transcript;
+mod turns;
+
+pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};
+pub use options::{CofoldOptions, EditPhase, Embedder, Environment, options_schema, record_schema};
+pub use plugin::{CofoldEngine, CofoldPlugin, plugin};
+pub use session::CofoldSession;
+
+/// The plugin's package name, as the upstream daemon names it.
+pub const PLUGIN_NAME: &str = "@ahpd/agent-cofold";
+/// The plugin's title.
+pub const TITLE: &str = "Cofold";
+/// The engine records name.
+pub const ENGINE: &str = "cofold";

@@ -1,0 +1,305 @@
+//! The per-turn cofold agent (engine.md §5.2): instructions, model, context, tools and policy,
+//! rebuilt from the settings in force when a turn starts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
+use cofold_agents::model::{
+    ModelAdapter, ModelParams, ModelSpec, ReasoningEffort, ReasoningParams,
+};
+use cofold_agents::policy::{ModeContext, PermissionMode, policy_of};
+use cofold_agents::question::ask_user_tool;
+use cofold_agents::store::Store;
+use cofold_tools::paths::resolve_within;
+use cofold_tools::standard::{StandardArgs, ToolsConfig, standard_capabilities};
+use serde_json::Value;
+
+use crate::models::{
+    Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point, resolve_connection,
+};
+use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder};
+
+/// What one agent (one record) shares with all its sessions.
+pub struct AgentCore {
+    /// The agent (record) id: provider id and prefix of its explicit base's models.
+    pub id: String,
+    /// The display name.
+    pub name: String,
+    /// The options in force (record over plugin).
+    pub options: CofoldOptions,
+    /// Values only an embedder passes.
+    pub embedder: Embedder,
+    /// The environment.
+    pub env: crate::options::Environment,
+    /// The store every session of the agent uses.
+    pub store: Arc<dyn Store>,
+    /// The file store's root, when the store is on disk.
+    pub store_root: Option<PathBuf>,
+    /// Transports and catalogue answers, shared by the process.
+    pub shared: Arc<Shared>,
+    /// The agent-level copapo reading (layers 1 and 3).
+    pub copapo: Copapo,
+}
+
+/// Values of one turn: the settings in force and the message's chosen model.
+#[derive(Debug, Clone, Default)]
+pub struct TurnSettings {
+    /// The reference in force.
+    pub reference: Option<String>,
+    /// The session's explicit base, over the agent's.
+    pub base_url: Option<String>,
+    /// The session's instructions.
+    pub instructions: Option<String>,
+    /// The permission mode named, when one of the six.
+    pub mode: Option<PermissionMode>,
+    /// The thinking level.
+    pub level: Option<String>,
+}
+
+fn setting(settings: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    settings
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+impl TurnSettings {
+    /// Reads the settings a turn runs with (engine.md §3.3, §3.7).
+    pub fn read(
+        settings: &serde_json::Map<String, Value>,
+        message_model: Option<&ahp_types::state::ModelSelection>,
+        core: &AgentCore,
+        copapo: &Copapo,
+    ) -> TurnSettings {
+        let reference = message_model
+            .map(|m| m.id.trim().to_owned())
+            .filter(|m| !m.is_empty())
+            .or_else(|| setting(settings, "model"))
+            .or_else(|| core.options.model.clone())
+            .or_else(|| copapo.model.clone());
+        let level = message_model
+            .and_then(|m| m.config.as_ref())
+            .and_then(|c| c.get("thinkingLevel"))
+            .and_then(Value::as_str)
+            .filter(|l| ["off", "low", "medium", "high"].contains(l))
+            .map(str::to_owned)
+            .or_else(|| setting(settings, "effortLevel"));
+        let mode = setting(settings, "permissionMode")
+            .and_then(|m| serde_json::from_value(Value::String(m)).ok());
+        TurnSettings {
+            reference,
+            base_url: setting(settings, "baseUrl").or_else(|| core.options.base_url.clone()),
+            instructions: setting(settings, "instructions"),
+            mode,
+            level,
+        }
+    }
+}
+
+/// Everything a turn's run needs besides its input.
+pub struct TurnAgent {
+    /// The cofold agent.
+    pub agent: CofoldRuntime,
+    /// The reference in force (stored on the run).
+    pub reference: String,
+    /// The memory folder, when there is one.
+    pub memory_dir: Option<PathBuf>,
+}
+
+fn effort_of(level: Option<&str>) -> Option<ReasoningEffort> {
+    match level? {
+        "low" => Some(ReasoningEffort::Low),
+        "medium" => Some(ReasoningEffort::Medium),
+        "high" => Some(ReasoningEffort::High),
+        _ => None,
+    }
+}
+
+impl AgentCore {
+    /// The memory folder of a workspace: `<store>/memory/<workspace slug>/`.
+    pub fn memory_dir(&self, workspace: &Path) -> Option<PathBuf> {
+        let root = self.store_root.as_ref()?;
+        Some(root.join("memory").join(cofold_store_file::workspace_slug(
+            &workspace.to_string_lossy(),
+        )))
+    }
+
+    /// The key for a request to `base` (engine.md §3.5).
+    fn key_for(
+        &self,
+        base: &str,
+        agent_endpoint: Option<&str>,
+        credential: Option<String>,
+        copapo: &Copapo,
+    ) -> KeySource {
+        let provider_key = |base: &str| {
+            copapo
+                .providers
+                .iter()
+                .find(|p| p.base_url == base)
+                .and_then(|p| p.api_key.clone())
+                .filter(|k| !k.is_empty())
+        };
+        if agent_endpoint == Some(base) {
+            if let Some(token) = credential {
+                return KeySource::Fixed(token);
+            }
+            if let Some(key) = &self.options.api_key {
+                return KeySource::Fixed(key.clone());
+            }
+            if let Some(f) = &self.embedder.api_key {
+                return KeySource::Dynamic(f.clone());
+            }
+        }
+        match provider_key(base) {
+            Some(k) => KeySource::Fixed(k),
+            None => KeySource::None,
+        }
+    }
+
+    /// The endpoint the agent's configured reference resolves to, for keys and the resource.
+    pub fn agent_endpoint(&self, copapo: &Copapo) -> Option<String> {
+        if let Some(base) = &self.options.base_url {
+            return Some(base.clone());
+        }
+        let reference = self.options.model.clone().or_else(|| copapo.model.clone());
+        resolve_connection(&self.id, reference.as_deref(), None, copapo)
+            .ok()
+            .map(|c| c.base_url)
+    }
+
+    /// Builds the cofold agent of one turn, or the sentence the turn fails with.
+    pub fn turn_agent(
+        &self,
+        turn: &TurnSettings,
+        copapo: &Copapo,
+        workspace: &Path,
+        credential: Option<String>,
+        host_tool_names: &[String],
+    ) -> Result<TurnAgent, String> {
+        if let Some(error) = &copapo.error {
+            return Err(format!("{}: {error}", self.id));
+        }
+        let instructions = turn
+            .instructions
+            .clone()
+            .or_else(|| self.options.instructions.clone())
+            .or_else(|| copapo.instructions.clone())
+            .unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned());
+        let effort = effort_of(turn.level.as_deref());
+        let params = ModelParams {
+            reasoning: effort.map(|e| ReasoningParams {
+                effort: Some(e),
+                max_tokens: None,
+            }),
+            ..ModelParams::default()
+        };
+        let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) = match &self
+            .embedder
+            .adapter
+        {
+            Some(adapter) => (
+                adapter.clone(),
+                turn.reference
+                    .clone()
+                    .unwrap_or_else(|| adapter.model_id().to_owned()),
+                DEFAULT_WINDOW,
+            ),
+            None => {
+                let connection = resolve_connection(
+                    &self.id,
+                    turn.reference.as_deref(),
+                    turn.base_url.as_deref(),
+                    copapo,
+                )?;
+                let agent_endpoint = self.agent_endpoint(copapo);
+                let key = self.key_for(
+                    &connection.base_url,
+                    agent_endpoint.as_deref(),
+                    credential,
+                    copapo,
+                );
+                let headers = connection
+                    .provider
+                    .as_ref()
+                    .and_then(|p| p.headers.clone())
+                    .unwrap_or_default();
+                let provider = self.shared.provider(&connection.base_url, &key, headers)?;
+                let info = self
+                    .shared
+                    .cached(&connection.base_url, &key)
+                    .and_then(|list| list.iter().find(|m| m.id == connection.model_id).cloned());
+                let window = info
+                    .as_ref()
+                    .and_then(|i| i.context_tokens)
+                    .filter(|w| *w > 0)
+                    .unwrap_or(DEFAULT_WINDOW);
+                let spec = ModelSpec {
+                    id: connection.model_id.clone(),
+                    features: None,
+                    params: Some(params.clone()),
+                    pricing: info.and_then(|i| i.pricing),
+                };
+                (
+                    Arc::new(provider.adapter(spec)),
+                    turn.reference.clone().unwrap_or_default(),
+                    window,
+                )
+            }
+        };
+        let point = auto_compact_point(
+            window,
+            self.options.auto_compact_tokens,
+            self.options.auto_compact_at,
+        );
+        let memory_dir = self.memory_dir(workspace);
+        let tools_config = ToolsConfig::from_value(&self.options.tools_value())
+            .map_err(|e| format!("{}: {e}", self.id))?;
+        let capabilities = standard_capabilities(
+            &tools_config,
+            StandardArgs {
+                workspace: workspace.to_path_buf(),
+                memory_dir: memory_dir.clone(),
+            },
+        );
+        let mut builder = CofoldRuntime::builder("cofold", instructions, adapter)
+            .store(self.store.clone())
+            .params(params)
+            .context(PartialContext {
+                max_tokens: Some(window),
+                auto_compact_tokens: Some(point.max(1)),
+                ..PartialContext::default()
+            });
+        if !host_tool_names.iter().any(|n| n == "ask_user") {
+            let ask = ask_user_tool(None, None).map_err(|e| e.message)?;
+            builder = builder.tool(ask);
+        }
+        for capability in capabilities {
+            builder = builder.capability_excluding(capability, host_tool_names.to_vec());
+        }
+        let policy = match &self.embedder.policy {
+            Some(policy) => policy.clone(),
+            None => {
+                let root = workspace.to_path_buf();
+                policy_of(
+                    turn.mode.unwrap_or(PermissionMode::Auto),
+                    ModeContext {
+                        inside: Arc::new(move |path: &Path| resolve_within(&root, path).inside),
+                        is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
+                            tool.effects().writes
+                        })),
+                    },
+                )
+            }
+        };
+        let agent = builder.policy(policy).build().map_err(|e| e.message)?;
+        Ok(TurnAgent {
+            agent,
+            reference,
+            memory_dir,
+        })
+    }
+}

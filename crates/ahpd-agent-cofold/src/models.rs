@@ -1,0 +1,380 @@
+//! Model resolution (engine.md §3): the copapo reading, the reference in force, the endpoint a
+//! reference resolves to, keys, the shared provider transports and the catalogue cache.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cofold_agents::model::{ListOptions, ModelInfo, ModelProvider};
+use cofold_agents::provider::ProviderConfig;
+use cofold_config::{AppConfig, LoadOptions, Mode, load_copapo};
+use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions};
+
+use crate::options::Environment;
+
+/// The window used when the catalogue lists none.
+pub const DEFAULT_WINDOW: u64 = 32_000;
+
+/// The part of the copapo configuration the engine uses.
+#[derive(Clone, Debug, Default)]
+pub struct Copapo {
+    /// Providers in the configured order.
+    pub providers: Vec<ProviderConfig>,
+    /// The configured model reference.
+    pub model: Option<String>,
+    /// The configured instructions.
+    pub instructions: Option<String>,
+    /// `$COPAPO_CONFIG`, else the user file, as an absolute path (for sentences).
+    pub path: PathBuf,
+    /// The reading's failure, when a named file was absent or not an object.
+    pub error: Option<String>,
+}
+
+/// Reads the copapo configuration, with the project file searched from `dir` when given.
+pub fn read_copapo(env: &Environment, dir: Option<&Path>) -> Copapo {
+    let path = match env.var("COPAPO_CONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => match env.var("XDG_CONFIG_HOME") {
+            Some(x) => PathBuf::from(x).join("copapo").join("config.json"),
+            None => env.home.join(".config").join("copapo").join("config.json"),
+        },
+    };
+    // Without a session folder the project layer is skipped: search from a folder that holds
+    // none (the root of an empty temporary tree would do, but `/` never has `.copapo.json` in
+    // practice and is always there).
+    let cwd = dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let loaded = load_copapo(LoadOptions {
+        cwd,
+        env: Some(env.vars.clone()),
+        home: Some(env.home.clone()),
+        path: None,
+        mode: Mode::Lenient,
+    });
+    match loaded {
+        Ok(config) => from_app(config, path),
+        Err(e) => {
+            tracing::warn!("copapo configuration: {e}");
+            Copapo {
+                path,
+                error: Some(e.to_string()),
+                ..Copapo::default()
+            }
+        }
+    }
+}
+
+fn from_app(config: AppConfig, path: PathBuf) -> Copapo {
+    Copapo {
+        providers: config.providers,
+        model: config.model.filter(|m| !m.trim().is_empty()),
+        instructions: config.instructions.filter(|i| !i.trim().is_empty()),
+        path,
+        error: None,
+    }
+}
+
+/// Splits a reference at its first slash; a reference with an empty side is a bare id.
+pub fn split_reference(reference: &str) -> Option<(&str, &str)> {
+    let (p, m) = reference.split_once('/')?;
+    (!p.is_empty() && !m.is_empty()).then_some((p, m))
+}
+
+/// Where a turn's requests go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Connection {
+    /// The endpoint's base URL.
+    pub base_url: String,
+    /// The model id sent on the wire.
+    pub model_id: String,
+    /// The copapo provider it came from, when any.
+    pub provider: Option<ProviderConfig>,
+}
+
+/// Resolves a reference to an endpoint (engine.md §3.4), or the failure sentence of §3.8.
+pub fn resolve_connection(
+    agent_id: &str,
+    reference: Option<&str>,
+    explicit_base: Option<&str>,
+    copapo: &Copapo,
+) -> Result<Connection, String> {
+    let no_model = || {
+        format!(
+            "{agent_id}: no model is configured; add \"model\" (as \"<provider>/<model>\") to {}",
+            copapo.path.display()
+        )
+    };
+    let Some(reference) = reference.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Err(no_model());
+    };
+    let provider = |id: &str| copapo.providers.iter().find(|p| p.id == id).cloned();
+    let on = |base: &str, model: &str, provider: Option<ProviderConfig>| Connection {
+        base_url: base.to_owned(),
+        model_id: model.to_owned(),
+        provider,
+    };
+    if let Some((p, m)) = split_reference(reference) {
+        if let Some(base) = explicit_base
+            && p == agent_id
+        {
+            return Ok(on(base, m, None));
+        }
+        if let Some(config) = provider(p) {
+            return Ok(on(&config.base_url.clone(), m, Some(config)));
+        }
+        if let Some(base) = explicit_base {
+            return Ok(on(base, reference, None));
+        }
+        let ids: Vec<&str> = copapo.providers.iter().map(|p| p.id.as_str()).collect();
+        let listed = if ids.is_empty() {
+            "none".to_owned()
+        } else {
+            ids.join(", ")
+        };
+        return Err(format!(
+            "{agent_id}: model \"{reference}\" names provider \"{p}\", and {} configures {listed}",
+            copapo.path.display()
+        ));
+    }
+    if let Some(base) = explicit_base {
+        return Ok(on(base, reference, None));
+    }
+    let chosen = provider("default").or_else(|| copapo.providers.first().cloned());
+    match chosen {
+        Some(config) => Ok(on(&config.base_url.clone(), reference, Some(config))),
+        None => Err(no_model()),
+    }
+}
+
+/// The compaction point: `min(tokens, floor(window × at))`, or the share alone (engine.md §5.17).
+pub fn auto_compact_point(window: u64, tokens: Option<u64>, at: f64) -> u64 {
+    let share = (window as f64 * at).floor() as u64;
+    match tokens {
+        Some(t) => t.min(share),
+        None => share,
+    }
+}
+
+/// The origin of an https endpoint, else the engine's own resource (engine.md §3.5).
+pub fn resource_of(endpoint: Option<&str>) -> String {
+    endpoint
+        .and_then(|e| url::Url::parse(e).ok())
+        .filter(|u| u.scheme() == "https")
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|| "https://ahpd.dev/agent-cofold".to_owned())
+}
+
+/// How a request finds its key.
+#[derive(Clone)]
+pub enum KeySource {
+    /// No key.
+    None,
+    /// A fixed key.
+    Fixed(String),
+    /// Asked per HTTP request.
+    Dynamic(Arc<dyn Fn() -> Option<String> + Send + Sync>),
+}
+
+impl KeySource {
+    fn cache_key(&self) -> String {
+        match self {
+            KeySource::None => String::new(),
+            // The cache key holds a digest-like tag, never the key itself in any printable form
+            // that leaves the process; it lives only in this map.
+            KeySource::Fixed(k) => format!("fixed:{k}"),
+            KeySource::Dynamic(f) => format!("dynamic:{:p}", Arc::as_ptr(f)),
+        }
+    }
+
+    fn to_api_key(&self) -> Option<ApiKey> {
+        match self {
+            KeySource::None => None,
+            KeySource::Fixed(k) => Some(ApiKey::Fixed(k.clone())),
+            KeySource::Dynamic(f) => {
+                let f = f.clone();
+                Some(ApiKey::Dynamic(Arc::new(move || {
+                    let key = f();
+                    Box::pin(async move { Ok(key) })
+                })))
+            }
+        }
+    }
+}
+
+/// Transports and catalogue answers shared by every agent and session of the process.
+#[derive(Default)]
+pub struct Shared {
+    providers: Mutex<HashMap<(String, String), Arc<OpenAiProvider>>>,
+    catalogue: Mutex<HashMap<(String, String), Arc<Vec<ModelInfo>>>>,
+}
+
+impl Shared {
+    /// One provider per (endpoint, key), built once.
+    pub fn provider(
+        &self,
+        base_url: &str,
+        key: &KeySource,
+        headers: Vec<(String, String)>,
+    ) -> Result<Arc<OpenAiProvider>, String> {
+        let id = (base_url.to_owned(), key.cache_key());
+        let mut map = self
+            .providers
+            .lock()
+            .map_err(|_| "the provider cache is unavailable".to_owned())?;
+        if let Some(p) = map.get(&id) {
+            return Ok(p.clone());
+        }
+        let provider = OpenAiProvider::new(ProviderOptions {
+            base_url: base_url.to_owned(),
+            api_key: key.to_api_key(),
+            headers,
+            ..ProviderOptions::default()
+        })
+        .map_err(|e| e.message.clone())?;
+        let provider = Arc::new(provider);
+        map.insert(id, provider.clone());
+        Ok(provider)
+    }
+
+    /// The cached model list of an endpoint, when one was read.
+    pub fn cached(&self, base_url: &str, key: &KeySource) -> Option<Arc<Vec<ModelInfo>>> {
+        let id = (base_url.to_owned(), key.cache_key());
+        self.catalogue.lock().ok()?.get(&id).cloned()
+    }
+
+    /// Asks an endpoint for its models within `timeout`; a non-empty answer is cached.
+    pub async fn list(
+        &self,
+        base_url: &str,
+        key: &KeySource,
+        headers: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Arc<Vec<ModelInfo>> {
+        if let Some(hit) = self.cached(base_url, key) {
+            return hit;
+        }
+        let Ok(provider) = self.provider(base_url, key, headers) else {
+            return Arc::new(Vec::new());
+        };
+        let options = ListOptions {
+            timeout: Some(timeout),
+            ..ListOptions::default()
+        };
+        let models = match tokio::time::timeout(timeout, provider.list_models(options)).await {
+            Ok(Ok(models)) => models,
+            _ => Vec::new(),
+        };
+        let models = Arc::new(models);
+        if !models.is_empty()
+            && let Ok(mut map) = self.catalogue.lock()
+        {
+            map.insert((base_url.to_owned(), key.cache_key()), models.clone());
+        }
+        models
+    }
+}
+
+/// Thinking levels a model offers, in cofold's order (engine.md §3.7).
+pub fn thinking_levels(
+    declared: Option<&serde_json::Value>,
+    info: Option<&ModelInfo>,
+) -> Vec<&'static str> {
+    const LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+    if let Some(list) = declared
+        .and_then(|d| d.get("supportsReasoningEffort"))
+        .and_then(serde_json::Value::as_array)
+    {
+        return LEVELS
+            .into_iter()
+            .filter(|l| list.iter().any(|v| v.as_str() == Some(l)))
+            .collect();
+    }
+    if info.is_some_and(|i| i.features.reasoning) {
+        return LEVELS.to_vec();
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copapo(ids: &[(&str, &str)]) -> Copapo {
+        Copapo {
+            providers: ids
+                .iter()
+                .map(|(id, base)| ProviderConfig {
+                    id: (*id).to_owned(),
+                    base_url: (*base).to_owned(),
+                    api_key: None,
+                    headers: None,
+                })
+                .collect(),
+            path: PathBuf::from("/home/u/.config/copapo/config.json"),
+            ..Copapo::default()
+        }
+    }
+
+    #[test]
+    fn references_split_at_the_first_slash_only() {
+        assert_eq!(split_reference("a/b/c"), Some(("a", "b/c")));
+        assert_eq!(split_reference("deepseek-chat"), None);
+        assert_eq!(split_reference("/model"), None);
+        assert_eq!(split_reference("provider/"), None);
+    }
+
+    #[test]
+    fn connection_cases_follow_the_table() {
+        let c = copapo(&[("open_router", "https://or/v1")]);
+        let r = resolve_connection("cofold", Some("cofold/qwen/qwen3-8b"), Some("http://b"), &c);
+        assert_eq!(
+            r.map(|c| (c.base_url, c.model_id)),
+            Ok(("http://b".into(), "qwen/qwen3-8b".into()))
+        );
+        let r = resolve_connection("cofold", Some("open_router/x"), Some("http://b"), &c);
+        assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
+        let r = resolve_connection(
+            "cofold",
+            Some("deepseek/deepseek-chat"),
+            Some("http://b"),
+            &c,
+        );
+        assert_eq!(r.map(|c| c.model_id), Ok("deepseek/deepseek-chat".into()));
+        let r = resolve_connection("cofold", Some("absent/model"), None, &c);
+        assert!(
+            r.as_ref()
+                .is_err_and(|e| e.ends_with("configures open_router")),
+            "{r:?}"
+        );
+        let r = resolve_connection("cofold", None, None, &c);
+        assert!(r.is_err_and(|e| e.contains("no model is configured")));
+        let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]));
+        assert!(r.is_err_and(|e| e.contains("no model is configured")));
+        let r = resolve_connection("cofold", Some("m"), None, &c);
+        assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
+    }
+
+    #[test]
+    fn compaction_points_match_the_examples() {
+        assert_eq!(auto_compact_point(10_000, None, 0.8), 8000);
+        assert_eq!(auto_compact_point(10_000, Some(5000), 0.8), 5000);
+        assert_eq!(auto_compact_point(10_000, Some(9000), 0.8), 8000);
+        assert_eq!(auto_compact_point(10_000, None, 0.5), 5000);
+        assert_eq!(auto_compact_point(DEFAULT_WINDOW, None, 0.8), 25_600);
+    }
+
+    #[test]
+    fn resources_are_https_origins() {
+        assert_eq!(
+            resource_of(Some("https://api.deepseek.com/v1")),
+            "https://api.deepseek.com"
+        );
+        assert_eq!(
+            resource_of(Some("http://127.0.0.1:1234/v1")),
+            "https://ahpd.dev/agent-cofold"
+        );
+        assert_eq!(resource_of(None), "https://ahpd.dev/agent-cofold");
+    }
+}

@@ -1,0 +1,340 @@
+//! The plugin's options (engine.md §2.2–§2.5): parsing, defaults and the JSON Schema.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cofold_agents::model::ModelAdapter;
+use cofold_agents::policy::Policy;
+use serde_json::{Map, Value, json};
+
+/// The instructions a session runs with when nothing names any.
+pub const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant.";
+/// Milliseconds an endpoint's model list may take.
+pub const DEFAULT_CATALOGUE_TIMEOUT_MS: u64 = 15_000;
+/// Fraction of the window at which history is compacted.
+pub const DEFAULT_AUTO_COMPACT_AT: f64 = 0.8;
+/// The configuration folder inside a machine.
+pub const DEFAULT_COMPUTER_CONFIG_DIR: &str = "/ahpd/cofold";
+
+/// The options of one cofold agent, read from the plugin's options with a record's `config`
+/// over them. Every field is optional; absent means the computed default.
+#[derive(Clone, Default, PartialEq)]
+pub struct CofoldOptions {
+    /// Reference a turn runs on when nothing nearer names one.
+    pub model: Option<String>,
+    /// The agent's explicit OpenAI-compatible endpoint.
+    pub base_url: Option<String>,
+    /// Per model id on `base_url`: the thinking levels it accepts.
+    pub models: Map<String, Value>,
+    /// System prompt of a session that names none.
+    pub instructions: Option<String>,
+    /// Root of the file store (default cofold's home).
+    pub store: Option<PathBuf>,
+    /// Keep conversations in memory (tests).
+    pub memory: bool,
+    /// The `tools` section, as written.
+    pub tools: Option<Value>,
+    /// Whether `tools` is read strictly (default true).
+    pub strict_tools: bool,
+    /// The daemon's key for the agent's endpoint.
+    pub api_key: Option<String>,
+    /// The protected resource clients authenticate against.
+    pub resource: Option<String>,
+    /// History size that triggers compaction.
+    pub auto_compact_tokens: Option<u64>,
+    /// Fraction of the window at which history is compacted.
+    pub auto_compact_at: f64,
+    /// Milliseconds allowed for an endpoint's model list.
+    pub catalogue_timeout_ms: u64,
+    /// Whether the host's own tools reach this agent's sessions.
+    pub host_tools: bool,
+}
+
+impl std::fmt::Debug for CofoldOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is never printed, only whether one is set.
+        f.debug_struct("CofoldOptions")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("store", &self.store)
+            .field("memory", &self.memory)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .finish_non_exhaustive()
+    }
+}
+
+fn non_blank(value: Option<&Value>) -> Option<String> {
+    value
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+impl CofoldOptions {
+    /// Reads options already checked against [`options_schema`]. A `$secret` object in `apiKey`
+    /// counts as no key here; the caller resolves secrets before.
+    pub fn from_value(value: &Value, env: &Environment) -> CofoldOptions {
+        let empty = Map::new();
+        let obj = value.as_object().unwrap_or(&empty);
+        let store = non_blank(obj.get("store")).map(|s| match s.strip_prefix("~/") {
+            Some(rest) => env.home.join(rest),
+            None => PathBuf::from(s),
+        });
+        CofoldOptions {
+            model: non_blank(obj.get("model")),
+            base_url: non_blank(obj.get("baseUrl")),
+            models: obj
+                .get("models")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            instructions: non_blank(obj.get("instructions")),
+            store,
+            memory: obj.get("memory").and_then(Value::as_bool).unwrap_or(false),
+            tools: obj.get("tools").cloned(),
+            strict_tools: obj
+                .get("strictTools")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            api_key: non_blank(obj.get("apiKey")),
+            resource: non_blank(obj.get("resource")),
+            auto_compact_tokens: obj.get("autoCompactTokens").and_then(Value::as_u64),
+            auto_compact_at: obj
+                .get("autoCompactAt")
+                .and_then(Value::as_f64)
+                .unwrap_or(DEFAULT_AUTO_COMPACT_AT),
+            catalogue_timeout_ms: obj
+                .get("catalogueTimeoutMs")
+                .and_then(Value::as_u64)
+                .unwrap_or(DEFAULT_CATALOGUE_TIMEOUT_MS),
+            host_tools: obj
+                .get("hostTools")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+        }
+    }
+
+    /// The `tools` section as the engine applies it: the loose reading drops unknown keys and
+    /// providers without a key (engine.md §2.4).
+    pub fn tools_value(&self) -> Value {
+        let tools = self.tools.clone().unwrap_or_else(|| json!({}));
+        if self.strict_tools {
+            return tools;
+        }
+        loosen_tools(&tools)
+    }
+}
+
+fn loosen_tools(tools: &Value) -> Value {
+    let mut out = Map::new();
+    let Some(obj) = tools.as_object() else {
+        return Value::Object(out);
+    };
+    for key in ["files", "shell", "memory"] {
+        if let Some(v) = obj.get(key) {
+            let kept = match v {
+                Value::Object(o) => Value::Object(
+                    o.iter()
+                        .filter(|(k, _)| key == "files" && k.as_str() == "requireRead")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                other => other.clone(),
+            };
+            out.insert(key.to_owned(), kept);
+        }
+    }
+    if let Some(web) = obj.get("web") {
+        let kept = match web {
+            Value::Object(o) => {
+                let mut providers = Map::new();
+                if let Some(search) = o.get("search").and_then(Value::as_object) {
+                    for (name, entry) in search {
+                        match name.as_str() {
+                            "brave" | "tavily" => {
+                                let key = entry.get("apiKey");
+                                let usable = match key {
+                                    Some(Value::String(s)) => !s.trim().is_empty(),
+                                    Some(Value::Object(_)) => true,
+                                    _ => false,
+                                };
+                                if usable {
+                                    providers.insert(name.clone(), json!({ "apiKey": key }));
+                                }
+                            }
+                            "duckduckgo" if entry.is_boolean() => {
+                                providers.insert(name.clone(), entry.clone());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                let usable = providers
+                    .values()
+                    .any(|v| v.is_object() || v.as_bool() == Some(true));
+                if usable {
+                    json!({ "search": providers })
+                } else {
+                    json!({})
+                }
+            }
+            other => other.clone(),
+        };
+        out.insert("web".to_owned(), kept);
+    }
+    Value::Object(out)
+}
+
+/// Where the engine reads environment variables and the home folder from; injectable so tests
+/// run in parallel and never read the developer's own files.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Environment {
+    /// The variables.
+    pub vars: HashMap<String, String>,
+    /// The home folder.
+    pub home: PathBuf,
+}
+
+impl Environment {
+    /// The process's own environment and home folder.
+    pub fn process() -> Environment {
+        let vars: HashMap<String, String> = std::env::vars().collect();
+        let home = vars
+            .get("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        Environment { vars, home }
+    }
+
+    /// A variable's value when set and non-empty.
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// cofold's home: `$COFOLD_HOME`, else `~/.cofold`.
+    pub fn cofold_home(&self) -> PathBuf {
+        match self.var("COFOLD_HOME") {
+            Some(home) => PathBuf::from(home),
+            None => self.home.join(".cofold"),
+        }
+    }
+}
+
+/// Values only an embedder can pass (engine.md §2.5).
+#[derive(Clone, Default)]
+pub struct Embedder {
+    /// A model adapter every turn uses; no catalogue request is made.
+    pub adapter: Option<Arc<dyn ModelAdapter>>,
+    /// A policy that replaces the permission mode.
+    pub policy: Option<Arc<dyn Policy>>,
+    /// Asked once per HTTP request for the endpoint's key.
+    pub api_key: Option<Arc<dyn Fn() -> Option<String> + Send + Sync>>,
+    /// Receives edit notices: `(turn id, path, "before" | "after")`.
+    pub on_file_edit: Option<Arc<dyn Fn(&str, &std::path::Path, EditPhase) + Send + Sync>>,
+    /// The environment (default: the process's).
+    pub env: Option<Environment>,
+}
+
+/// Which side of a file edit a notice is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EditPhase {
+    /// Before the tool runs.
+    Before,
+    /// After it finished, was refused or declined.
+    After,
+}
+
+/// JSON Schema of the plugin's options (engine.md §2.2–§2.4).
+pub fn options_schema() -> Value {
+    let strict_tools = cofold_tools::standard::tools_schema();
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "model": { "type": "string", "description": "Model reference a turn runs on when nothing nearer names one." },
+            "baseUrl": { "type": "string", "pattern": "^https?://[^\\s/]+", "description": "The agent's explicit OpenAI-compatible endpoint." },
+            "models": {
+                "type": "object",
+                "description": "Thinking levels each model of baseUrl accepts.",
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": { "supportsReasoningEffort": { "type": "array", "items": { "type": "string" } } }
+                }
+            },
+            "instructions": { "type": "string", "default": DEFAULT_INSTRUCTIONS },
+            "computerConfigDir": {
+                "anyOf": [ { "type": "string", "pattern": "^/" }, { "const": false } ],
+                "default": DEFAULT_COMPUTER_CONFIG_DIR
+            },
+            "store": { "type": "string", "description": "Root of the file store; default cofold's home." },
+            "memory": { "type": "boolean", "default": false },
+            "tools": { "type": "object" },
+            "strictTools": { "type": "boolean", "default": true },
+            "apiKey": {
+                "writeOnly": true,
+                "anyOf": [
+                    { "type": "string" },
+                    { "type": "object", "additionalProperties": false, "required": ["$secret"], "properties": { "$secret": { "type": "string" } } }
+                ]
+            },
+            "resource": { "type": "string" },
+            "autoCompactTokens": { "type": "integer", "minimum": 1 },
+            "autoCompactAt": { "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": DEFAULT_AUTO_COMPACT_AT },
+            "catalogueTimeoutMs": { "type": "integer", "minimum": 1, "default": DEFAULT_CATALOGUE_TIMEOUT_MS },
+            "hostTools": { "type": "boolean", "default": true }
+        },
+        "if": { "properties": { "strictTools": { "const": false } }, "required": ["strictTools"] },
+        "then": { "properties": { "tools": loose_tools_schema() } },
+        "else": { "properties": { "tools": strict_tools } }
+    })
+}
+
+/// The loose reading checks only the types of the known keys.
+fn loose_tools_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "requireRead": { "type": "boolean" } } } ] },
+            "shell": { "type": "boolean" },
+            "memory": { "type": "boolean" },
+            "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "search": { "type": "object" } } } ] }
+        }
+    })
+}
+
+/// The record schema: the options without `model`, `strictTools` and the keyed search providers,
+/// with `apiKey` its only secret field (engine.md §2.1, §6).
+pub fn record_schema() -> Value {
+    let mut schema = options_schema();
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        props.remove("model");
+        props.remove("strictTools");
+        props.insert(
+            "tools".to_owned(),
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": { "requireRead": { "type": "boolean" } } } ] },
+                    "shell": { "type": "boolean" },
+                    "memory": { "type": "boolean" },
+                    "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": {
+                        "search": { "type": "object", "additionalProperties": false, "properties": { "duckduckgo": { "type": "boolean" } } }
+                    } } ] }
+                }
+            }),
+        );
+    }
+    if let Some(obj) = schema.as_object_mut() {
+        obj.remove("if");
+        obj.remove("then");
+        obj.remove("else");
+    }
+    schema
+}

@@ -1,0 +1,161 @@
+//! Registration as the compiled-in plugin `@ahpd/agent-cofold` with the engine `cofold`
+//! (engine.md §2.1, §6).
+
+use std::sync::Arc;
+
+use ahp_types::common::JsonObject;
+use ahpd_sdk::Agent;
+use ahpd_sdk::plugin::{
+    AgentRecord, Engine, Plugin, PluginError, Readiness, Registrar, SecretReader,
+};
+use serde_json::{Value, json};
+
+use crate::agent::CofoldAgent;
+use crate::models::Shared;
+use crate::options::{Embedder, options_schema, record_schema};
+use crate::{ENGINE, PLUGIN_NAME, TITLE};
+
+/// The plugin the daemon compiles in.
+pub fn plugin() -> CofoldPlugin {
+    CofoldPlugin::default()
+}
+
+/// `@ahpd/agent-cofold`.
+#[derive(Default)]
+pub struct CofoldPlugin {
+    embedder: Embedder,
+}
+
+impl CofoldPlugin {
+    /// The plugin with values only an embedder passes (tests, embedding hosts).
+    pub fn with_embedder(embedder: Embedder) -> CofoldPlugin {
+        CofoldPlugin { embedder }
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugin for CofoldPlugin {
+    fn name(&self) -> &str {
+        PLUGIN_NAME
+    }
+
+    fn title(&self) -> &str {
+        TITLE
+    }
+
+    fn defaults(&self) -> Value {
+        json!({})
+    }
+
+    fn options_schema(&self) -> Value {
+        options_schema()
+    }
+
+    fn check(&self, _options: &Value) -> Readiness {
+        // A missing model is a turn's failure, never the plugin's.
+        Readiness::Ready
+    }
+
+    async fn apply(
+        &self,
+        options: Value,
+        registrar: &mut dyn Registrar,
+    ) -> Result<(), PluginError> {
+        registrar.engine(Arc::new(CofoldEngine {
+            plugin_options: options,
+            embedder: self.embedder.clone(),
+            shared: Arc::new(Shared::default()),
+        }));
+        Ok(())
+    }
+}
+
+/// The `cofold` engine: one agent per record.
+pub struct CofoldEngine {
+    plugin_options: Value,
+    embedder: Embedder,
+    shared: Arc<Shared>,
+}
+
+impl Engine for CofoldEngine {
+    fn name(&self) -> &str {
+        ENGINE
+    }
+
+    fn record_schema(&self) -> Value {
+        record_schema()
+    }
+
+    fn host_only_fields(&self) -> Vec<String> {
+        ["computerConfigDir", "store", "memory"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    fn template(&self) -> JsonObject {
+        JsonObject::new()
+    }
+
+    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), String> {
+        if config.contains_key("model") {
+            return Err("config.model: a record names its model in its own model field".to_owned());
+        }
+        if owner != "host" {
+            for key in self.host_only_fields() {
+                if config.contains_key(&key) {
+                    return Err(format!(
+                        "config.{key}: only the host's own records may set it"
+                    ));
+                }
+            }
+        }
+        let schema = record_schema();
+        let props = schema.get("properties").and_then(Value::as_object);
+        for key in config.keys() {
+            if !props.is_some_and(|p| p.contains_key(key)) {
+                return Err(format!(
+                    "config.{key}: is not an option of the cofold engine"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn agent(
+        &self,
+        record: &AgentRecord,
+        plugin_options: &Value,
+        secrets: Arc<dyn SecretReader>,
+    ) -> Result<Arc<dyn Agent>, String> {
+        // The record's keys each replace the plugin's whole (engine.md §2.7).
+        let base = if plugin_options.is_object() {
+            plugin_options
+        } else {
+            &self.plugin_options
+        };
+        let mut merged = base.as_object().cloned().unwrap_or_default();
+        for (k, v) in &record.config {
+            merged.insert(k.clone(), v.clone());
+        }
+        if let Some(model) = &record.model {
+            merged.insert("model".to_owned(), json!(model));
+        }
+        if let Some(secret) = merged
+            .get("apiKey")
+            .and_then(|k| k.get("$secret"))
+            .and_then(Value::as_str)
+        {
+            let value = secrets.read(secret)?;
+            merged.insert("apiKey".to_owned(), json!(value.expose()));
+        }
+        let agent = CofoldAgent::new(
+            &record.id,
+            &record.name,
+            record.description.as_deref().unwrap_or(""),
+            &Value::Object(merged),
+            self.embedder.clone(),
+            self.shared.clone(),
+        )?;
+        Ok(Arc::new(agent))
+    }
+}

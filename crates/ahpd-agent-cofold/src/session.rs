@@ -1,0 +1,438 @@
+//! One chat ↔ one cofold conversation (engine.md §4–§5): turns held behind the running run,
+//! cancel and close, steering, and the task that maps a run's events to actions.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{ChatInputResponseKind, PendingMessage};
+use ahpd_sdk::agent::{ApprovalOutcome, ApprovalRequest};
+use ahpd_sdk::{Session, SessionContext, TurnRequest};
+use cofold_agents::event::{ApprovalDecision, Command, EventBody};
+use cofold_agents::run::{RunHandle, RunOptions, run};
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::actions as act;
+use crate::asks;
+use crate::build::{AgentCore, TurnSettings};
+use crate::models::Copapo;
+use crate::turns::TurnMapper;
+
+/// Reason a stopped turn's run is cancelled with.
+pub const STOP_REASON: &str = "the client stopped the turn";
+/// Reason a closed session's run is cancelled with.
+pub const CLOSE_REASON: &str = "the session closed";
+/// What the model reads when a person declines a call.
+pub const DECLINED: &str = "The person declined this action";
+
+struct Running {
+    turn_id: String,
+    handle: Option<RunHandle>,
+    shown: Arc<AtomicBool>,
+    steers: Arc<Mutex<VecDeque<String>>>,
+    done: tokio::sync::watch::Receiver<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    closed: bool,
+    running: Option<Running>,
+    waiting: VecDeque<(TurnRequest, Arc<AtomicBool>)>,
+}
+
+/// Shared by the session object and its run tasks.
+pub(crate) struct Core {
+    agent: Arc<AgentCore>,
+    ctx: SessionContext,
+    backend_id: String,
+    workspace: PathBuf,
+    copapo: Copapo,
+    state: Mutex<State>,
+    settings: Mutex<serde_json::Map<String, Value>>,
+}
+
+/// The cofold side of one AHP chat.
+pub struct CofoldSession {
+    core: Arc<Core>,
+}
+
+impl CofoldSession {
+    pub(crate) fn new(
+        agent: Arc<AgentCore>,
+        ctx: SessionContext,
+        backend_id: String,
+        workspace: PathBuf,
+        copapo: Copapo,
+        settings: serde_json::Map<String, Value>,
+    ) -> CofoldSession {
+        CofoldSession {
+            core: Arc::new(Core {
+                agent,
+                ctx,
+                backend_id,
+                workspace,
+                copapo,
+                state: Mutex::new(State::default()),
+                settings: Mutex::new(settings),
+            }),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic in another holder leaves the data as it was; carry on with it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Core {
+    /// Starts a turn now, or holds it behind the running run.
+    fn begin(self: &Arc<Self>, turn: TurnRequest) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return;
+        }
+        // Only the newest turn is shown: everything in front goes quiet.
+        if let Some(running) = &state.running {
+            running.shown.store(false, Ordering::SeqCst);
+        }
+        for (_, shown) in &state.waiting {
+            shown.store(false, Ordering::SeqCst);
+        }
+        let shown = Arc::new(AtomicBool::new(true));
+        if state.running.is_some() {
+            state.waiting.push_back((turn, shown));
+            return;
+        }
+        self.start(&mut state, turn, shown);
+    }
+
+    fn start(self: &Arc<Self>, state: &mut State, turn: TurnRequest, shown: Arc<AtomicBool>) {
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let steers = Arc::new(Mutex::new(VecDeque::new()));
+        let prepared = self.prepare(&turn);
+        let handle = match prepared {
+            Ok((handle, mapper)) => {
+                let task_core = self.clone();
+                let task_handle = handle.clone();
+                let task_shown = shown.clone();
+                let task_steers = steers.clone();
+                let turn_id = turn.turn_id.clone();
+                tokio::spawn(async move {
+                    task_core
+                        .clone()
+                        .follow(turn_id, task_handle, mapper, task_shown, task_steers)
+                        .await;
+                    let _ = done_tx.send(true);
+                    task_core.finished();
+                });
+                Some(handle)
+            }
+            Err(sentence) => {
+                if shown.load(Ordering::SeqCst) {
+                    self.ctx
+                        .emit(act::turn_error(&turn.turn_id, 0, &sentence, false));
+                }
+                let _ = done_tx.send(true);
+                None
+            }
+        };
+        if handle.is_none() {
+            // Nothing runs; the next waiting turn may go at once.
+            state.running = None;
+            if let Some((next, shown)) = state.waiting.pop_front() {
+                self.start(state, next, shown);
+            }
+            return;
+        }
+        state.running = Some(Running {
+            turn_id: turn.turn_id,
+            handle,
+            shown,
+            steers,
+            done: done_rx,
+        });
+    }
+
+    /// Builds the turn's agent and starts its run.
+    fn prepare(self: &Arc<Self>, turn: &TurnRequest) -> Result<(RunHandle, TurnMapper), String> {
+        let mut settings = lock(&self.settings).clone();
+        for (k, v) in &turn.settings {
+            settings.insert(k.clone(), v.clone());
+        }
+        let values = TurnSettings::read(
+            &settings,
+            turn.message.model.as_ref(),
+            &self.agent,
+            &self.copapo,
+        );
+        let agent_endpoint = self.agent.agent_endpoint(&self.copapo);
+        let resource = self
+            .agent
+            .options
+            .resource
+            .clone()
+            .unwrap_or_else(|| crate::models::resource_of(agent_endpoint.as_deref()));
+        let credential = self
+            .ctx
+            .credential(&resource)
+            .map(|s| s.expose().to_owned());
+        let host_tools: Vec<String> = Vec::new();
+        let built = self.agent.turn_agent(
+            &values,
+            &self.copapo,
+            &self.workspace,
+            credential,
+            &host_tools,
+        )?;
+        let mut options = RunOptions::new(self.backend_id.clone(), turn.message.text.clone());
+        options.workspace = Some(self.workspace.to_string_lossy().into_owned());
+        options.model = (!built.reference.is_empty()).then(|| built.reference.clone());
+        options.message_id = Some(turn.turn_id.clone());
+        let mapper = TurnMapper::new(
+            &turn.turn_id,
+            self.workspace.clone(),
+            built.memory_dir.clone(),
+            options.model.clone(),
+        );
+        Ok((run(&built.agent, options), mapper))
+    }
+
+    /// Follows one run's events to its end, emitting while the turn is shown.
+    async fn follow(
+        self: Arc<Self>,
+        turn_id: String,
+        handle: RunHandle,
+        mut mapper: TurnMapper,
+        shown: Arc<AtomicBool>,
+        steers: Arc<Mutex<VecDeque<String>>>,
+    ) {
+        let mut events = Box::pin(handle.events());
+        let mut requests: HashMap<String, String> = HashMap::new();
+        let mut first = true;
+        while let Some(event) = events.next().await {
+            let visible = shown.load(Ordering::SeqCst);
+            if first {
+                first = false;
+                if visible {
+                    self.ctx.emit(act::activity(Some("Thinking")));
+                    self.title_if_first(&event).await;
+                }
+            }
+            match &event.body {
+                EventBody::ApprovalRequested {
+                    request_id,
+                    call_id,
+                    name,
+                    input,
+                    prompt,
+                } => {
+                    requests.insert(request_id.clone(), call_id.clone());
+                    let view = mapper.title_of(call_id).cloned().unwrap_or_default();
+                    let request = ApprovalRequest {
+                        turn_id: turn_id.clone(),
+                        tool_call_id: call_id.clone(),
+                        invocation_message: StringOrMarkdown::Plain(view.title.clone()),
+                        tool_input: view
+                            .tool_input
+                            .clone()
+                            .map(ahp_types::state::ToolInput::Inline),
+                        confirmation_title: Some(StringOrMarkdown::Plain(
+                            prompt.clone().unwrap_or_else(|| format!("Run {name}?")),
+                        )),
+                        edits: None,
+                    };
+                    let _ = input;
+                    self.spawn_approval(handle.clone(), request_id.clone(), request);
+                }
+                EventBody::InputRequested {
+                    request_id,
+                    questions,
+                    ..
+                } => {
+                    let ctx = self.ctx.clone();
+                    let handle = handle.clone();
+                    let request = asks::input_request(request_id, questions);
+                    let request_id = request_id.clone();
+                    let turn = turn_id.clone();
+                    tokio::spawn(async move {
+                        let outcome = ctx.ask_input(&turn, request).await;
+                        let command = match outcome.response {
+                            ChatInputResponseKind::Accept => Command::Answer {
+                                request_id,
+                                answers: asks::answers_value(outcome.answers.as_ref()),
+                            },
+                            ChatInputResponseKind::Decline => Command::Deny {
+                                request_id,
+                                reason: Some(DECLINED.to_owned()),
+                            },
+                            _ => return,
+                        };
+                        let _ = handle.submit(command).await;
+                    });
+                }
+                EventBody::ApprovalResolved {
+                    request_id,
+                    decision,
+                    ..
+                } => {
+                    if let Some(call_id) = requests.remove(request_id) {
+                        match decision {
+                            ApprovalDecision::Approve => mapper.mark_approved(&call_id),
+                            ApprovalDecision::Deny => mapper.forget_call(&call_id),
+                        }
+                    }
+                }
+                EventBody::RunSteered { .. } => {
+                    let id = lock(&steers).pop_front();
+                    if let (Some(id), true) = (id, visible) {
+                        self.ctx.emit(act::steering_removed(&id));
+                    }
+                }
+                _ => {}
+            }
+            let actions = mapper.map(&event);
+            if shown.load(Ordering::SeqCst) {
+                for action in actions {
+                    self.ctx.emit(action);
+                }
+                if let EventBody::RunFinished { outcome } = &event.body
+                    && outcome.status() != cofold_agents::store::RunStatus::Awaiting
+                {
+                    self.ctx.emit(act::activity(None));
+                }
+            }
+        }
+    }
+
+    /// The first turn of a conversation names the session (engine.md §4.9).
+    async fn title_if_first(&self, event: &cofold_agents::event::Event) {
+        let EventBody::RunStarted { input } = &event.body else {
+            return;
+        };
+        let earlier = self
+            .agent
+            .store
+            .list_messages(&self.backend_id, Some(2))
+            .await
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if earlier <= 1 {
+            let text = cofold_agents::message::text_of(input);
+            let title = ahpd_sdk::util::title_from(&text);
+            if !title.is_empty() {
+                self.ctx.emit(act::title(&title));
+            }
+        }
+    }
+
+    fn spawn_approval(&self, handle: RunHandle, request_id: String, request: ApprovalRequest) {
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move {
+            let command = match ctx.ask_approval(request).await {
+                ApprovalOutcome::Approved { edited_input, .. } => Command::Approve {
+                    request_id,
+                    input: edited_input.and_then(|text| serde_json::from_str(&text).ok()),
+                    always_approve: None,
+                },
+                ApprovalOutcome::Denied { .. } => Command::Deny {
+                    request_id,
+                    reason: Some(DECLINED.to_owned()),
+                },
+                // A stop or close: the run's cancel answers the request itself.
+                ApprovalOutcome::Cancelled => return,
+            };
+            let _ = handle.submit(command).await;
+        });
+    }
+
+    /// A run ended: the next waiting turn starts.
+    fn finished(self: &Arc<Self>) {
+        let mut state = lock(&self.state);
+        state.running = None;
+        if state.closed {
+            state.waiting.clear();
+            return;
+        }
+        if let Some((next, shown)) = state.waiting.pop_front() {
+            self.start(&mut state, next, shown);
+        }
+    }
+
+    fn cancel_all(&self, reason: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+        let mut state = lock(&self.state);
+        state.waiting.clear();
+        let running = state.running.as_ref()?;
+        running.shown.store(false, Ordering::SeqCst);
+        if let Some(handle) = &running.handle {
+            handle.cancel(Some(reason.to_owned()));
+        }
+        Some(running.done.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl Session for CofoldSession {
+    fn backend_id(&self) -> String {
+        self.core.backend_id.clone()
+    }
+
+    fn begin(&mut self, turn: TurnRequest) {
+        self.core.begin(turn);
+    }
+
+    fn cancel(&mut self, _turn_id: &str) {
+        self.core.cancel_all(STOP_REASON);
+    }
+
+    fn steer(&mut self, message: PendingMessage) -> bool {
+        let state = lock(&self.core.state);
+        let Some(running) = &state.running else {
+            return false;
+        };
+        let Some(handle) = running.handle.clone() else {
+            return false;
+        };
+        if !running.shown.load(Ordering::SeqCst) {
+            return false;
+        }
+        lock(&running.steers).push_back(message.id.clone());
+        let steers = running.steers.clone();
+        let id = message.id.clone();
+        let text = message.message.text.clone();
+        tokio::spawn(async move {
+            let command = Command::Steer { text, parts: None };
+            if handle.submit(command).await.is_err() {
+                // Never written: the host keeps the entry and runs it as a turn of its own.
+                lock(&steers).retain(|s| s != &id);
+            }
+        });
+        let _ = &running.turn_id;
+        true
+    }
+
+    fn configure(
+        &mut self,
+        changes: &serde_json::Map<String, Value>,
+    ) -> Result<(), ahpd_sdk::Refusal> {
+        crate::agent::check_config(&self.core.agent.id, changes)?;
+        let mut settings = lock(&self.core.settings);
+        for (k, v) in changes {
+            settings.insert(k.clone(), v.clone());
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        let done = {
+            let waiting = self.core.cancel_all(CLOSE_REASON);
+            lock(&self.core.state).closed = true;
+            waiting
+        };
+        if let Some(mut done) = done {
+            let _ = done.wait_for(|finished| *finished).await;
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The event → action mapping of one turn (engine.md §5.3–§5.5, §5.16–§5.17).
+//!
+//! The mapper is pure: it takes cofold run events in order and returns the AHP actions they
+//! become. Asking the host (approvals, questions) is the runner's job.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::UsageInfo;
+use cofold_agents::event::{DeltaKind, Event, EventBody, OutcomeKind};
+use cofold_agents::message::{Message, Part};
+use cofold_agents::model::Usage;
+use serde_json::{Value, json};
+
+use crate::actions as act;
+
+/// Facts about one proposed call, kept until it completes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallView {
+    pub title: String,
+    pub shell: bool,
+    pub tool_input: Option<String>,
+    pub ready: bool,
+    pub approved: bool,
+    pub started_at: Option<String>,
+}
+
+/// Maps one turn's events to actions.
+pub(crate) struct TurnMapper {
+    turn_id: String,
+    workspace: PathBuf,
+    memory_dir: Option<PathBuf>,
+    model: Option<String>,
+    step: u32,
+    parts_opened: u32,
+    reasoning_part: Option<String>,
+    markdown_part: Option<String>,
+    held_space: String,
+    held_reply: Option<Message>,
+    streamed_this_step: bool,
+    compactions: u32,
+    running: Usage,
+    pub(crate) calls: HashMap<String, CallView>,
+    started: std::time::Instant,
+}
+
+fn add_usage(total: &mut Usage, more: &Usage) {
+    total.input_tokens += more.input_tokens;
+    total.output_tokens += more.output_tokens;
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    total.cache_read_tokens = add(total.cache_read_tokens, more.cache_read_tokens);
+    total.cache_write_tokens = add(total.cache_write_tokens, more.cache_write_tokens);
+    total.reasoning_tokens = add(total.reasoning_tokens, more.reasoning_tokens);
+}
+
+/// The AHP usage of cofold counts, with the cost when the model has a price.
+pub(crate) fn usage_info(usage: &Usage, model: Option<&str>, cost: Option<f64>) -> UsageInfo {
+    let mut meta = Vec::new();
+    if let Some(w) = usage.cache_write_tokens {
+        meta.push(("ahpd.cacheWriteTokens", json!(w)));
+    }
+    if let Some(r) = usage.reasoning_tokens {
+        meta.push(("ahpd.reasoningTokens", json!(r)));
+    }
+    if let Some(c) = cost {
+        meta.push(("ahpd.cost", json!({ "amount": c, "currency": "USD" })));
+    }
+    UsageInfo {
+        input_tokens: Some(usage.input_tokens as i64),
+        output_tokens: Some(usage.output_tokens as i64),
+        model: model.map(str::to_owned),
+        cache_read_tokens: usage.cache_read_tokens.map(|c| c as i64),
+        meta: act::meta(meta),
+    }
+}
+
+/// The title of a call (engine.md §5.5): the subject, paths relative to W when inside.
+pub(crate) fn call_title(
+    name: &str,
+    subject: Option<&str>,
+    workspace: &Path,
+    memory_dir: Option<&Path>,
+) -> String {
+    let subject = subject.map(str::trim).filter(|s| !s.is_empty());
+    match name {
+        "read_file" | "write_file" | "edit_file" => match subject {
+            Some(s) => relative_to(Path::new(s), workspace),
+            None => name.to_owned(),
+        },
+        "memory_read" | "memory_write" => match subject {
+            Some(s) => match memory_dir {
+                Some(dir) => relative_to(Path::new(s), dir),
+                None => s.to_owned(),
+            },
+            None => "MEMORY.md".to_owned(),
+        },
+        _ => subject
+            .map(str::to_owned)
+            .unwrap_or_else(|| name.to_owned()),
+    }
+}
+
+fn relative_to(path: &Path, base: &Path) -> String {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    match absolute.strip_prefix(base) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/"),
+        _ => absolute.display().to_string(),
+    }
+}
+
+fn now_rfc3339() -> String {
+    cofold_agents::id::Timestamp::now().to_string()
+}
+
+impl TurnMapper {
+    pub(crate) fn new(
+        turn_id: &str,
+        workspace: PathBuf,
+        memory_dir: Option<PathBuf>,
+        model: Option<String>,
+    ) -> TurnMapper {
+        TurnMapper {
+            turn_id: turn_id.to_owned(),
+            workspace,
+            memory_dir,
+            model,
+            step: 0,
+            parts_opened: 0,
+            reasoning_part: None,
+            markdown_part: None,
+            held_space: String::new(),
+            held_reply: None,
+            streamed_this_step: false,
+            compactions: 0,
+            running: Usage::default(),
+            calls: HashMap::new(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn duration_ms(&self) -> i64 {
+        self.started.elapsed().as_millis() as i64
+    }
+
+    fn open_part(&mut self, out: &mut Vec<StateAction>, reasoning: bool) -> String {
+        let id = format!("{}:{}:{}", self.turn_id, self.step, self.parts_opened);
+        self.parts_opened += 1;
+        if reasoning {
+            out.push(act::reasoning_part(&self.turn_id, &id));
+            self.reasoning_part = Some(id.clone());
+        } else {
+            out.push(act::markdown_part(&self.turn_id, &id));
+            self.markdown_part = Some(id.clone());
+        }
+        id
+    }
+
+    fn reasoning_delta(&mut self, out: &mut Vec<StateAction>, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let id = match self.reasoning_part.clone() {
+            Some(id) => id,
+            None => self.open_part(out, true),
+        };
+        out.push(act::reasoning(&self.turn_id, &id, text.to_owned()));
+    }
+
+    fn text_delta(&mut self, out: &mut Vec<StateAction>, text: &str) {
+        if self.markdown_part.is_none() {
+            if text.trim().is_empty() {
+                self.held_space.push_str(text);
+                return;
+            }
+            self.open_part(out, false);
+        }
+        let content = std::mem::take(&mut self.held_space) + text;
+        if let Some(id) = &self.markdown_part {
+            out.push(act::delta(&self.turn_id, id, content));
+        }
+    }
+
+    /// A non-streamed reply is shown at the next event (engine.md §5.4).
+    fn flush_held(&mut self, out: &mut Vec<StateAction>) {
+        let Some(reply) = self.held_reply.take() else {
+            return;
+        };
+        for part in &reply.parts {
+            match part {
+                Part::Reasoning { text } => self.reasoning_delta(out, text),
+                Part::Text { text } => self.text_delta(out, text),
+                _ => {}
+            }
+        }
+    }
+
+    /// The actions one event becomes.
+    pub(crate) fn map(&mut self, event: &Event) -> Vec<StateAction> {
+        let mut out = Vec::new();
+        if matches!(event.body, EventBody::ContextCompacted { .. }) {
+            self.held_reply = None;
+        } else {
+            self.flush_held(&mut out);
+        }
+        let turn = self.turn_id.clone();
+        match &event.body {
+            EventBody::ModelStarted { .. } => {
+                self.step += 1;
+                self.parts_opened = 0;
+                self.reasoning_part = None;
+                self.markdown_part = None;
+                self.held_space.clear();
+                self.streamed_this_step = false;
+            }
+            EventBody::ModelDelta { kind, text, .. } => {
+                self.streamed_this_step = true;
+                match kind {
+                    DeltaKind::Reasoning => self.reasoning_delta(&mut out, text),
+                    DeltaKind::Text => self.text_delta(&mut out, text),
+                }
+            }
+            EventBody::ModelCompleted { message, usage, .. } => {
+                if !self.streamed_this_step {
+                    self.held_reply = Some(message.clone());
+                }
+                add_usage(&mut self.running, usage);
+                out.push(act::usage(
+                    &turn,
+                    usage_info(&self.running, self.model.as_deref(), None),
+                ));
+            }
+            EventBody::ContextCompacted {
+                estimated_tokens,
+                after_tokens,
+                ..
+            } => {
+                self.compactions += 1;
+                out.push(act::notice(
+                    &turn,
+                    &format!(
+                        "Context compacted automatically: {estimated_tokens} tokens to {after_tokens}."
+                    ),
+                ));
+            }
+            EventBody::ToolProposed {
+                call_id,
+                name,
+                input,
+                subject,
+            } => {
+                let shell = name == "shell_exec";
+                let title = call_title(
+                    name,
+                    subject.as_deref(),
+                    &self.workspace,
+                    self.memory_dir.as_deref(),
+                );
+                let tool_input = if shell {
+                    input
+                        .as_ref()
+                        .and_then(|i| i.get("command"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                } else {
+                    input.as_ref().map(|i| match i {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                };
+                let (intention, meta) = if shell {
+                    (
+                        tool_input.clone(),
+                        act::meta(vec![("toolKind", json!("terminal"))]),
+                    )
+                } else {
+                    (None, None)
+                };
+                out.push(act::tool_start(&turn, call_id, name, intention, meta));
+                self.calls.insert(
+                    call_id.clone(),
+                    CallView {
+                        title,
+                        shell,
+                        tool_input,
+                        ..CallView::default()
+                    },
+                );
+            }
+            EventBody::ToolStarted { call_id, .. } => {
+                let turn = turn.clone();
+                if let Some(call) = self.calls.get_mut(call_id) {
+                    let at = now_rfc3339();
+                    call.started_at = Some(at.clone());
+                    if !call.approved && !call.ready {
+                        call.ready = true;
+                        let mut meta = vec![("ahpd.startedAt", json!(at))];
+                        if call.shell {
+                            meta.insert(0, ("toolKind", json!("terminal")));
+                        }
+                        out.push(act::tool_ready(
+                            &turn,
+                            call_id,
+                            &call.title,
+                            call.tool_input.clone(),
+                            call.shell.then(|| call.tool_input.clone()).flatten(),
+                            act::meta(meta),
+                        ));
+                    }
+                }
+            }
+            EventBody::ToolCompleted {
+                call_id,
+                content,
+                is_error,
+                duration_ms,
+                ..
+            } => {
+                if let Some(call) = self.calls.remove(call_id) {
+                    let mut meta = Vec::new();
+                    if call.shell {
+                        meta.push(("toolKind", json!("terminal")));
+                    }
+                    if let Some(at) = &call.started_at {
+                        meta.push(("ahpd.startedAt", json!(at)));
+                    }
+                    meta.push(("ahpd.endedAt", json!(now_rfc3339())));
+                    meta.push(("ahpd.durationMs", json!(duration_ms)));
+                    out.push(act::tool_complete(
+                        &turn,
+                        call_id,
+                        &call.title,
+                        content,
+                        *is_error,
+                        act::meta(meta),
+                    ));
+                }
+            }
+            EventBody::ToolDenied {
+                call_id, reason, ..
+            } => {
+                if let Some(call) = self.calls.remove(call_id) {
+                    let meta = call
+                        .shell
+                        .then(|| act::meta(vec![("toolKind", json!("terminal"))]))
+                        .flatten();
+                    if !call.ready && !call.approved {
+                        out.push(act::tool_ready(
+                            &turn,
+                            call_id,
+                            &call.title,
+                            call.tool_input.clone(),
+                            call.shell.then(|| call.tool_input.clone()).flatten(),
+                            meta.clone(),
+                        ));
+                    }
+                    out.push(act::tool_complete(
+                        &turn,
+                        call_id,
+                        &call.title,
+                        reason,
+                        true,
+                        meta,
+                    ));
+                }
+            }
+            EventBody::RunFinished { outcome } => {
+                let duration = self.duration_ms();
+                let final_usage = usage_info(&outcome.usage, self.model.as_deref(), outcome.cost);
+                match &outcome.kind {
+                    OutcomeKind::Completed { .. } | OutcomeKind::Stopped { .. } => {
+                        out.push(act::usage(&turn, final_usage));
+                        out.push(act::turn_complete(&turn, duration));
+                    }
+                    OutcomeKind::Failed { error } => {
+                        out.push(act::usage(&turn, final_usage));
+                        let message = if error.message.is_empty() {
+                            "The turn failed"
+                        } else {
+                            &error.message
+                        };
+                        out.push(act::turn_error(&turn, duration, message, false));
+                    }
+                    OutcomeKind::Cancelled { .. } | OutcomeKind::Awaiting { .. } => {}
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Marks a call as approved by the host (it is already `running` there).
+    pub(crate) fn mark_approved(&mut self, call_id: &str) {
+        if let Some(call) = self.calls.get_mut(call_id) {
+            call.approved = true;
+        }
+    }
+
+    /// Forgets a call the person declined (the host already cancelled it).
+    pub(crate) fn forget_call(&mut self, call_id: &str) {
+        self.calls.remove(call_id);
+    }
+
+    /// The title of a proposed call.
+    pub(crate) fn title_of(&self, call_id: &str) -> Option<&CallView> {
+        self.calls.get(call_id)
+    }
+}
