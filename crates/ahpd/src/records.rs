@@ -371,6 +371,11 @@ impl RecordStore {
         let Value::Object(map) = value else {
             return Err(RecordError::Invalid("record: must be an object".into()));
         };
+        // A client may send back a view it was shown; its status fields are the daemon's own.
+        let mut map = map.clone();
+        map.remove("status");
+        map.remove("reason");
+        let map = &map;
         let mut record =
             check_shape(map).map_err(|e| RecordError::Invalid(format!("record.{e}")))?;
         let slot = engines

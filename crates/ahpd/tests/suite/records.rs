@@ -127,6 +127,30 @@ fn a_put_moves_the_secret_to_the_vault_and_survives_a_restart() {
         serde_json::from_str(&std::fs::read_to_string(env.dir().join("vault.json")).unwrap())
             .unwrap();
     assert_eq!(vault["host:agent/echo-two/apiKey"], "k1-very-secret");
+    // A view sent back under a new owner moves the secret to that owner's scope.
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let state = channel_state(&client).await;
+        let mut view = record(&state, "echo-two").clone();
+        view["owner"] = json!("user:ann");
+        view["config"]["apiKey"] = json!("k2-other-secret");
+        let reply = put(&client, view).await.unwrap();
+        assert_eq!(
+            reply["record"]["config"]["apiKey"],
+            json!({"$secret": "user:ann/agent/echo-two/apiKey"})
+        );
+        view = reply["record"].clone();
+        view["owner"] = json!("host");
+        view["config"]["apiKey"] = json!("k1-very-secret");
+        put(&client, view).await.unwrap();
+    });
+    let vault: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.dir().join("vault.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        vault,
+        json!({"host:agent/echo-two/apiKey": "k1-very-secret"})
+    );
     let file = env.dir().join("agents").join("echo-two.json");
     assert_eq!(mode(&file), 0o600);
     assert!(
