@@ -146,3 +146,21 @@ fn plugin_config_sets_shows_and_unsets_options() {
         env.dir().join("echo-store").display().to_string()
     );
 }
+
+#[test]
+fn a_configured_name_that_is_not_built_in_is_shown_and_skipped() {
+    let env = Env::new();
+    env.write_base(r#"{"port": 0, "plugins": ["left-pad", "@ahpd/agent-echo"]}"#);
+    let rows = list_json(&env);
+    let row = row(&rows, "left-pad");
+    assert_eq!(row["state"], "error");
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("left-pad is not a built-in plugin")
+    );
+    let daemon = env.daemon(&[], "left-pad.log");
+    assert!(daemon.log_text().contains("plugin left-pad skipped"));
+    assert_eq!(daemon.stop(), 0);
+}
