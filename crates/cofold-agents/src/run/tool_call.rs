@@ -347,7 +347,12 @@ impl Runner {
                 return Err(hook_error("afterTool", message));
             }
         };
-        let content = bound(after.output, max);
+        // A hook's new text is bounded again; the text it kept already is.
+        let content = if after.output == bounded {
+            after.output
+        } else {
+            bound(after.output, max)
+        };
         let is_error = after.is_error.unwrap_or(original.is_error);
         let transformed =
             (content != bounded || is_error != original.is_error).then(|| ToolTransformed {

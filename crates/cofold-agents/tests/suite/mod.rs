@@ -8,4 +8,9 @@ mod questions;
 mod schema;
 mod tools;
 
+mod run_support;
+mod steering;
+mod interrupts;
+mod tool_calls;
+mod runs;
 mod store_memory;
