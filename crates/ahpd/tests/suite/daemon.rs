@@ -149,3 +149,33 @@ fn sighup_is_ignored() {
     // The default action of SIGHUP would have ended the process before the ping.
     assert_eq!(daemon.stop(), 0);
 }
+
+#[test]
+fn the_connection_token_is_never_logged_even_at_trace() {
+    let env = Env::new();
+    let mut cmd = env.cmd();
+    cmd.env("RUST_LOG", "trace");
+    let token = "tok-secret-7f3a";
+    let daemon = env.daemon_with(
+        cmd,
+        &["--plugin", ECHO, "--port", "0", "--connection-token", token],
+        "token-trace.log",
+    );
+    rt().block_on(async {
+        let url = format!("{}/?tkn={token}", daemon.address);
+        let transport = ahp_ws::WebSocketTransport::connect(&url).await.unwrap();
+        let client = ahp::client::Client::connect(transport, Default::default())
+            .await
+            .unwrap();
+        client
+            .initialize("trace".into(), vec!["1.0.0".into()], Vec::new())
+            .await
+            .unwrap();
+        client.ping().await.unwrap();
+    });
+    assert_eq!(daemon.stop(), 0);
+    assert_eq!(
+        env.files_containing(token),
+        Vec::<std::path::PathBuf>::new()
+    );
+}
