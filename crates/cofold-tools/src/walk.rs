@@ -21,6 +21,12 @@ const SKIPPED: [&str; 2] = ["node_modules", ".git"];
 /// Globs are case-sensitive only where file names are.
 const CASE_INSENSITIVE: bool = cfg!(any(target_os = "macos", windows));
 
+/// The automaton's live states as a bit set; a pattern has fewer segments than it has bits.
+type States = u128;
+
+/// Segments a pattern may have after its leading literal names.
+const MAX_SEGMENTS: usize = 127;
+
 /// A compiled glob, anchored at the folder the walk starts from.
 #[derive(Clone)]
 pub(crate) struct Glob {
@@ -102,6 +108,11 @@ impl Glob {
             }
             segments.push(segment);
         }
+        if segments.len() > MAX_SEGMENTS {
+            return Err(format!(
+                "more than {MAX_SEGMENTS} names after its literal start"
+            ));
+        }
         let allowed = SKIPPED.map(|name| pattern.contains(name));
         Ok(Glob {
             inner: Arc::new(Inner {
@@ -120,58 +131,53 @@ impl Glob {
 
     /// Whether the entry at `path` (under the start) matches the pattern.
     pub(crate) fn matches(&self, path: &Path) -> bool {
-        let states = self.inner.states(path);
-        states.contains(&self.inner.segments.len())
+        self.inner.states(path) & (1 << self.inner.segments.len()) != 0
     }
 }
 
 impl Inner {
-    /// The automaton's states after consuming the names of `path` below the start.
-    fn states(&self, path: &Path) -> Vec<usize> {
+    /// The automaton's states after consuming the names of `path` below the start, one bit per
+    /// segment index (bit `segments.len()` is the accepting state).
+    fn states(&self, path: &Path) -> States {
         let rel = path.strip_prefix(&self.start).unwrap_or(path);
-        let mut states = vec![0];
-        self.close(&mut states);
+        let mut states = self.close(1);
         for component in rel.components() {
             let Component::Normal(name) = component else {
                 continue;
             };
-            states = self.step(&states, name);
-            if states.is_empty() {
+            states = self.step(states, name);
+            if states == 0 {
                 break;
             }
         }
         states
     }
 
-    fn step(&self, states: &[usize], name: &OsStr) -> Vec<usize> {
+    fn step(&self, states: States, name: &OsStr) -> States {
         let dot_name = name.as_encoded_bytes().first() == Some(&b'.');
-        let mut next = Vec::with_capacity(states.len() + 1);
-        for &state in states {
-            match self.segments.get(state) {
+        let mut next: States = 0;
+        for (state, segment) in self.segments.iter().enumerate() {
+            if states & (1 << state) == 0 {
+                continue;
+            }
+            match segment {
                 // `**` never stands for a dot name (the dot rule).
-                Some(Segment::AnyFolders) if !dot_name => next.push(state),
-                Some(segment) if segment.matches(name) => next.push(state + 1),
+                Segment::AnyFolders if !dot_name => next |= 1 << state,
+                segment if segment.matches(name) => next |= 1 << (state + 1),
                 _ => {}
             }
         }
-        self.close(&mut next);
-        next
+        self.close(next)
     }
 
     /// `**` may match no folder at all, so its state also stands for the next one.
-    fn close(&self, states: &mut Vec<usize>) {
-        let mut i = 0;
-        while i < states.len() {
-            let state = states[i];
-            if matches!(self.segments.get(state), Some(Segment::AnyFolders))
-                && !states.contains(&(state + 1))
-            {
-                states.push(state + 1);
+    fn close(&self, mut states: States) -> States {
+        for (state, segment) in self.segments.iter().enumerate() {
+            if matches!(segment, Segment::AnyFolders) && states & (1 << state) != 0 {
+                states |= 1 << (state + 1);
             }
-            i += 1;
         }
-        states.sort_unstable();
-        states.dedup();
+        states
     }
 
     /// Whether the walk should keep this entry (and, for a folder, look inside it).
@@ -188,8 +194,7 @@ impl Inner {
         if !entry.file_type().is_some_and(|t| t.is_dir()) {
             return true;
         }
-        let states = self.states(entry.path());
-        !states.is_empty()
+        self.states(entry.path()) != 0
     }
 }
 
@@ -379,6 +384,16 @@ mod tests {
         assert!(ts.matches(Path::new("/w/src/deep/c.ts")));
         assert!(!ts.matches(Path::new("/w/src/deep/c.js")));
         assert!(glob("*.{md,ts}").matches(Path::new("/w/a.md")));
+    }
+
+    #[test]
+    fn very_deep_patterns_are_refused_not_overflowed() {
+        let deep = vec!["*"; 128].join("/");
+        assert!(Glob::new(Path::new("/w"), &deep).is_err());
+        let ok = vec!["*"; 127].join("/");
+        let glob = glob(&ok);
+        let path = format!("/w/{}", vec!["a"; 127].join("/"));
+        assert!(glob.matches(Path::new(&path)));
     }
 
     #[test]
