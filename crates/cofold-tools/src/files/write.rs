@@ -51,7 +51,9 @@ pub(crate) fn edit_file(
     let (Opened::Existing(mut file) | Opened::Created(mut file)) = opened;
     check_read(run, &file, &resolved.real, &shown)?;
 
-    let mut bytes = Vec::new();
+    // Sized from fstat so a large file is read in one allocation.
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     file.read_to_end(&mut bytes)
         .map_err(|e| Refusal::io(&shown, &e))?;
     if memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]).is_some() {
