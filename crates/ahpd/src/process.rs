@@ -39,7 +39,7 @@ const ARGV_ENV: &str = "AHPD_DETACHED_ARGV";
 
 impl DaemonRecord {
     /// The record of the running process.
-    pub fn for_this_process(_run: &RunArgs, address: &str) -> Self {
+    pub fn for_this_process(address: &str) -> Self {
         let argv = std::env::var(ARGV_ENV)
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())

@@ -326,7 +326,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     tracing::info!(address = %address, "listening");
     let record_path = loc.daemon_record();
     if run.detached_child {
-        let record = DaemonRecord::for_this_process(run, &address);
+        let record = DaemonRecord::for_this_process(&address);
         if let Err(e) = process::write_record(&record_path, &record) {
             return Err(ServeError::Runtime(format!(
                 "cannot write {}: {e}",
