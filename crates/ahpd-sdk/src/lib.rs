@@ -20,6 +20,7 @@ pub mod host;
 pub mod peer;
 pub mod plugin;
 pub mod ports;
+pub mod resources;
 pub mod transport;
 pub mod util;
 

@@ -80,7 +80,7 @@ struct Stored {
 /// Scripts (the turn's message text): `reason` (reasoning then a reply), `tool` (a tool that
 /// runs), `ask` (a tool that asks approval), `question` (asks one required question),
 /// `error` (a resumable error; resuming succeeds), `hang` (runs until cancelled), `panic`
-/// (panics in `begin`), `deltas:<n>` (`n` one-character deltas); anything else is answered in
+/// (panics in `begin`), `client-tool` (runs the first tool an active client offers), `deltas:<n>` (`n` one-character deltas); anything else is answered in
 /// five chunks.
 #[derive(Clone, Default)]
 pub struct ScriptedAgent {
@@ -405,6 +405,34 @@ async fn run_script(ctx: SessionContext, turn: String, text: String, resumed: bo
             }));
         }
         "hang" => std::future::pending::<()>().await,
+        "client-tool" => {
+            let Some((client_id, tool)) = ctx.client_tools().into_iter().next() else {
+                ctx.emit(md(t, "m"));
+                ctx.emit(delta(t, "m", "no client tools"));
+                ctx.emit(complete(t));
+                return;
+            };
+            let result = ctx
+                .call_client_tool(ClientToolCall {
+                    turn_id: t.into(),
+                    tool_call_id: format!("ct-{t}"),
+                    client_id,
+                    tool_name: tool.name,
+                    input: "{}".into(),
+                })
+                .await;
+            ctx.emit(md(t, "m"));
+            ctx.emit(delta(
+                t,
+                "m",
+                if result.success {
+                    "tool ok"
+                } else {
+                    "tool failed"
+                },
+            ));
+            ctx.emit(complete(t));
+        }
         other => {
             let n = other
                 .strip_prefix("deltas:")

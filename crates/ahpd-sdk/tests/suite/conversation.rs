@@ -240,7 +240,7 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
     c.turn_end("t-h").await;
     c.check().await;
     assert_eq!(
-        c.chat_state().turns.last().map(|t| t.state.clone()),
+        c.chat_state().turns.last().map(|t| t.state),
         Some(TurnState::Complete)
     );
 

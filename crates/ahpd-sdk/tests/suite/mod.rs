@@ -4,5 +4,6 @@ mod malformed;
 mod many_clients;
 mod paging;
 mod reconnect;
+mod robustness;
 mod rules;
 mod support;
