@@ -9,6 +9,10 @@ mod schema;
 mod tools;
 
 mod run_support;
+mod compaction;
+mod answers;
+mod limits;
+mod streaming;
 mod steering;
 mod interrupts;
 mod tool_calls;

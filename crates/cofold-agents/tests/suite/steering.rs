@@ -271,7 +271,8 @@ async fn a_steer_waiting_at_a_pause_fails_when_the_run_is_cancelled() {
 #[tokio::test]
 async fn steer_parts_put_the_text_first_and_drop_only_empty_text_beside_parts() {
     let image = Part::image_data("image/png", "AAAA");
-    let cases: Vec<(&str, Option<Vec<Part>>, Vec<Part>)> = vec![
+    type Case<'a> = (&'a str, Option<Vec<Part>>, Vec<Part>);
+    let cases: Vec<Case<'_>> = vec![
         (
             "look",
             Some(vec![image.clone()]),

@@ -31,9 +31,12 @@ impl Hooks for BeforeHook {
     }
 }
 
+/// What a policy saw: tool name, input, run id.
+type Seen = Arc<Mutex<Vec<(String, Value, String)>>>;
+
 struct FixedPolicy {
     decision: Decision,
-    seen: Arc<Mutex<Vec<(String, Value, String)>>>,
+    seen: Seen,
 }
 #[async_trait]
 impl Policy for FixedPolicy {
@@ -47,7 +50,7 @@ impl Policy for FixedPolicy {
     }
 }
 
-fn policy(decision: Decision) -> (Arc<FixedPolicy>, Arc<Mutex<Vec<(String, Value, String)>>>) {
+fn policy(decision: Decision) -> (Arc<FixedPolicy>, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     (
         Arc::new(FixedPolicy {
