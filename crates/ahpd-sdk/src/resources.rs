@@ -207,7 +207,7 @@ impl Resources for FileResources {
             .map(|t| format!("{t:.3}"));
         Ok(ResourceResolveResult {
             uri: file_uri(&target),
-            size: meta.is_file().then(|| meta.len() as i64),
+            size: meta.is_file().then_some(meta.len() as i64),
             content_type: if meta.is_file() {
                 content_type(&target)
             } else {
