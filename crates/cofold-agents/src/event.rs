@@ -430,3 +430,122 @@ pub enum Command {
         answers: Value,
     },
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::Usage;
+    use serde_json::json;
+
+    fn event(body: EventBody) -> Event {
+        Event {
+            seq: 1,
+            run_id: "r".into(),
+            session_id: "s".into(),
+            agent_id: "a".into(),
+            at: Timestamp::now(),
+            body,
+        }
+    }
+
+    #[test]
+    fn events_are_flat_with_the_envelope_first_and_optional_fields_absent() {
+        let proposed = event(EventBody::ToolProposed {
+            call_id: "c".into(),
+            name: "echo".into(),
+            input: None,
+            subject: None,
+        });
+        let value = serde_json::to_value(&proposed).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "seq",
+                "runId",
+                "sessionId",
+                "agentId",
+                "at",
+                "type",
+                "callId",
+                "name"
+            ]
+        );
+        assert_eq!(value["type"], "tool.proposed");
+        let back: Event = serde_json::from_value(value).unwrap();
+        assert_eq!(back, proposed);
+        assert_eq!(back.type_name(), "tool.proposed");
+    }
+
+    #[test]
+    fn outcomes_carry_status_then_fields_then_the_tally() {
+        let outcome = RunOutcome {
+            kind: OutcomeKind::Stopped {
+                reason: StopReason::MaxToolCalls,
+            },
+            usage: Usage::new(1, 2),
+            steps: 3,
+            cost: None,
+            denials: Vec::new(),
+        };
+        let value = serde_json::to_value(&outcome).unwrap();
+        assert_eq!(
+            value,
+            json!({ "status": "stopped", "reason": "max_tool_calls", "usage": { "inputTokens": 1, "outputTokens": 2 }, "steps": 3, "denials": [] })
+        );
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[0], "status");
+        let finished = event(EventBody::RunFinished {
+            outcome: outcome.clone(),
+        });
+        let back: Event = serde_json::from_value(serde_json::to_value(&finished).unwrap()).unwrap();
+        assert_eq!(back.finished_outcome(), Some(&outcome));
+        assert_eq!(outcome.status(), RunStatus::Stopped);
+    }
+
+    #[test]
+    fn commands_read_their_wire_form() {
+        let approve: Command = serde_json::from_value(
+            json!({ "type": "approve", "requestId": "q", "alwaysApprove": true }),
+        )
+        .unwrap();
+        assert_eq!(
+            approve,
+            Command::Approve {
+                request_id: "q".into(),
+                input: None,
+                always_approve: Some(true)
+            }
+        );
+        let steer: Command =
+            serde_json::from_value(json!({ "type": "steer", "text": "hi" })).unwrap();
+        assert_eq!(
+            steer,
+            Command::Steer {
+                text: "hi".into(),
+                parts: None
+            }
+        );
+        let cancel = serde_json::to_value(Command::Cancel { reason: None }).unwrap();
+        assert_eq!(cancel, json!({ "type": "cancel" }));
+        let answer = serde_json::to_value(Command::Answer {
+            request_id: "q".into(),
+            answers: json!({ "a": "b" }),
+        });
+        assert_eq!(
+            answer.unwrap(),
+            json!({ "type": "answer", "requestId": "q", "answers": { "a": "b" } })
+        );
+    }
+}

@@ -4,8 +4,8 @@
 //! far, the status, the open request (if any), the queued steers and, once settled, the outcome.
 //! A `watch` channel carries a change counter so streams and waiters wake without polling.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::Stream;
 use serde_json::Value;
@@ -496,37 +496,5 @@ fn check_answers(questions: &[Question], answers: &Value) -> Result<(), AgentErr
         Ok(())
     } else {
         Err(AgentError::invalid_options(problems.join("; ")).with_detail(Value::from(problems)))
-    }
-}
-
-/// The runs this process holds, keyed by store instance, session and run (harness §5.5). A second
-/// store instance onto the same data counts as another process.
-static HELD: LazyLock<Mutex<HashSet<(usize, String, String)>>> =
-    LazyLock::new(|| Mutex::new(HashSet::new()));
-
-/// This process's hold on one run; released when dropped.
-pub(crate) struct Hold {
-    key: (usize, String, String),
-}
-
-impl Hold {
-    /// Takes the hold, or `None` when this process already holds the run.
-    pub(crate) fn take(store_key: usize, session_id: &str, run_id: &str) -> Option<Hold> {
-        let key = (store_key, session_id.to_owned(), run_id.to_owned());
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-        // Not `then_some`: it would build (and drop, under this lock) a hold for a taken key.
-        if held.insert(key.clone()) {
-            Some(Hold { key })
-        } else {
-            None
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        HELD.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
     }
 }

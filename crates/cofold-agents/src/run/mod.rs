@@ -8,6 +8,7 @@
 
 mod batch;
 mod handle;
+mod hold;
 mod model_step;
 mod pause;
 mod resume;
@@ -33,7 +34,8 @@ use crate::tool::{AbortReason, AbortSignal, KvScopes, Tool};
 use crate::usage::{ZERO_USAGE, micros_to_usd};
 
 pub use handle::RunHandle;
-pub(crate) use handle::{Hold, OpenRequest, TaskSide};
+pub(crate) use handle::{OpenRequest, TaskSide};
+pub(crate) use hold::Hold;
 
 /// How often a running run refreshes its writer lease.
 pub const HEARTBEAT_MS: u64 = 10_000;

@@ -342,3 +342,38 @@ async fn requests_carry_the_newest_units_that_fit() {
     assert_eq!(request.instructions, "be brief");
     assert_eq!(request.cache_key.as_deref(), Some("s"));
 }
+
+#[tokio::test]
+async fn auto_compaction_keeps_the_tail_too() {
+    // Item 157.
+    let long = "y".repeat(400);
+    let model = FakeModel::new(vec![
+        FakeStep::text("ok"),
+        FakeStep::text("gist"),
+        FakeStep::text("answer"),
+    ]);
+    let store = memory();
+    let context = PartialContext {
+        auto_compact_tokens: Some(150),
+        compact_keep_tokens: Some(5),
+        ..Default::default()
+    };
+    let agent = agent_with(&model, store.clone(), context);
+    run(&agent, RunOptions::new("s", long.clone()))
+        .outcome()
+        .await;
+    let handle = run(&agent, RunOptions::new("s", long.clone()));
+    let events = all_events(&handle).await;
+    let (summarized, kept, _, _) = compacted(&events);
+    assert_eq!((summarized, kept), (1, 1));
+    let answering = model.requests().last().cloned().expect("request");
+    assert_eq!(
+        sources(&answering.messages),
+        [
+            MessageSource::Summary,
+            MessageSource::Model,
+            MessageSource::Input
+        ]
+    );
+    assert_eq!(text(&answering.messages[1]), "ok");
+}
