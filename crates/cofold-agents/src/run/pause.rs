@@ -175,15 +175,16 @@ impl Runner {
         let (command, reply) = tokio::select! {
             biased;
             _ = detach.cancelled() => return Err(self.detach_exit().await),
+            // A command accepted before a cancel is applied first; the loop sees the cancel next.
+            received = self.side.commands.recv() => match received {
+                Some((command, reply)) => (command, Some(reply)),
+                None => return Err(Exit::Error(AgentError::internal("the run's handle went away"))),
+            },
             _ = signal.cancelled() => {
                 self.side.shared.begin_resolving(&parked.request_id);
                 let deny = Command::Deny { request_id: parked.request_id.clone(), reason: Some(TURN_STOPPED.into()) };
                 (deny, None)
             }
-            received = self.side.commands.recv() => match received {
-                Some((command, reply)) => (command, Some(reply)),
-                None => return Err(Exit::Error(AgentError::internal("the run's handle went away"))),
-            },
         };
         match self.record_resolution(&parked, &command).await {
             Ok(()) => {}
