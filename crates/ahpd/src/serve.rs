@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ahpd_sdk::ahp_types::common::JsonObject;
 use ahpd_sdk::plugin::{Engine, Registrar};
+use ahpd_sdk::resources::FileResources;
 use ahpd_sdk::transport::ws::WsConfig;
 use ahpd_sdk::{Agent, HostBuilder, HostError};
 use futures::FutureExt;
@@ -278,7 +279,8 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         .delta_window(Duration::from_millis(settings.delta_window_ms.value))
         .root_meta(meta.clone())
         .initialize_meta(meta)
-        .extension(channel.clone());
+        .extension(channel.clone())
+        .resources(Arc::new(FileResources::new(settings.paths.value.clone())));
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }

@@ -125,13 +125,22 @@ fn no_plugins_starts_with_no_agent_and_serves_the_paths() {
         "bare.log",
     );
     rt().block_on(async {
-        let (_client, init) = client(&daemon.address).await;
+        let (client, init) = client(&daemon.address).await;
         let state = serde_json::to_value(&init.snapshots[0].state).unwrap();
         assert_eq!(state["agents"], serde_json::json!([]));
         assert_eq!(
             init.default_directory.as_deref(),
             Some(ahpd_sdk::util::file_uri(&work).as_str())
         );
+        std::fs::write(work.join("note.txt"), "served").unwrap();
+        let listed: serde_json::Value = client
+            .request(
+                "resourceList",
+                serde_json::json!({"channel": ahp_types::ROOT_RESOURCE_URI, "uri": ahpd_sdk::util::file_uri(&work)}),
+            )
+            .await
+            .unwrap();
+        assert!(listed.to_string().contains("note.txt"), "{listed}");
     });
     assert_eq!(daemon.stop(), 0);
 }
