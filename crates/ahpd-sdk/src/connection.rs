@@ -13,7 +13,6 @@ use crate::error::{RpcError, codes};
 use crate::host::{HostInner, KnownClient};
 use crate::hub::{Frame, KillSwitch, Replay};
 use crate::peer::{Inbound, Peer, PeerWriter};
-use crate::ports::ConnInfo;
 use crate::root::ROOT;
 use crate::session::{ConnRef, SessionMsg, mailbox};
 
@@ -51,11 +50,14 @@ fn reply_frame(id: &Value, result: Result<Value, RpcError>) -> Frame {
     Arc::from(v.to_string())
 }
 
-fn to_json<T: serde::Serialize>(v: Result<T, RpcError>) -> Result<Value, RpcError> {
+pub(crate) fn to_json<T: serde::Serialize>(v: Result<T, RpcError>) -> Result<Value, RpcError> {
     v.and_then(|x| serde_json::to_value(x).map_err(|e| RpcError::internal(e.to_string())))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    method: &str,
+    params: Value,
+) -> Result<T, RpcError> {
     serde_json::from_value(params)
         .map_err(|e| RpcError::invalid_params(format!("invalid params for {method}: {e}")))
 }
@@ -66,13 +68,13 @@ enum Phase {
     Ready,
 }
 
-struct Conn {
-    inner: Arc<HostInner>,
-    id: u64,
+pub(crate) struct Conn {
+    pub(crate) inner: Arc<HostInner>,
+    pub(crate) id: u64,
     kill: Arc<KillSwitch>,
     phase: Phase,
-    client_id: String,
-    version: String,
+    pub(crate) client_id: String,
+    pub(crate) version: String,
 }
 
 pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
@@ -171,7 +173,7 @@ impl Conn {
         self.inner.hub.send_to(self.id, frame);
     }
 
-    fn conn_ref(&self) -> ConnRef {
+    pub(crate) fn conn_ref(&self) -> ConnRef {
         ConnRef {
             id: self.id,
             client_id: self.client_id.clone(),
@@ -527,188 +529,27 @@ impl Conn {
         self.inner
             .hub
             .release(self.id, reply_frame(&id, Ok(result)));
-    }
-
-    async fn command(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
-        match method {
-            "listSessions" => {
-                to_json(crate::catalogue::list(&self.inner, decode(method, params)?).await)
-            }
-            "createSession" => {
-                let p: CreateSessionParams = decode(method, params)?;
-                crate::open::create(&self.inner, self.conn_ref(), p)
-                    .await
-                    .map(|()| Value::Null)
-            }
-            "disposeSession" => {
-                let p: DisposeSessionParams = decode(method, params)?;
-                crate::open::dispose(&self.inner, &p.channel)
-                    .await
-                    .map(|()| Value::Null)
-            }
-            "createChat" => {
-                let p: CreateChatParams = decode(method, params)?;
-                let tx = self.live_session(&p.channel)?;
-                let (reply, rx) = oneshot::channel();
-                let _ = tx
-                    .send(SessionMsg::CreateChat {
-                        conn: self.conn_ref(),
-                        params: Box::new(p),
-                        reply,
-                    })
-                    .await;
-                rx.await
-                    .map_err(|_| RpcError::internal("the session stopped"))?
-                    .map(|()| Value::Null)
-            }
-            "disposeChat" => {
-                let p: DisposeChatParams = decode(method, params)?;
-                let tx = mailbox(&self.inner, &p.channel)
-                    .ok_or_else(|| RpcError::session_not_found(&p.channel))?;
-                let (reply, rx) = oneshot::channel();
-                let _ = tx
-                    .send(SessionMsg::DisposeChat {
-                        channel: p.channel,
-                        reply,
-                    })
-                    .await;
-                rx.await
-                    .map_err(|_| RpcError::internal("the session stopped"))?
-                    .map(|()| Value::Null)
-            }
-            "fetchTurns" => {
-                let p: FetchTurnsParams = decode(method, params)?;
-                let tx = mailbox(&self.inner, &p.channel)
-                    .ok_or_else(|| RpcError::session_not_found(&p.channel))?;
-                let (reply, rx) = oneshot::channel();
-                let _ = tx
-                    .send(SessionMsg::FetchTurns {
-                        channel: p.channel,
-                        cursor: p.cursor,
-                        reply,
-                    })
-                    .await;
-                rx.await
-                    .map_err(|_| RpcError::internal("the session stopped"))?
-                    .map(|()| json!({}))
-            }
-            "completions" => {
-                let p: CompletionsParams = decode(method, params)?;
-                let tx = mailbox(&self.inner, &p.channel)
-                    .ok_or_else(|| RpcError::session_not_found(&p.channel))?;
-                let (reply, rx) = oneshot::channel();
-                let _ = tx
-                    .send(SessionMsg::Completions {
-                        params: Box::new(p),
-                        reply,
-                    })
-                    .await;
-                let items = rx.await.unwrap_or_default();
-                Ok(json!({"items": items}))
-            }
-            "resolveSessionConfig" => {
-                let p: ResolveSessionConfigParams = decode(method, params)?;
-                let agent = self.agent(p.provider.as_deref())?;
-                let dir = p
-                    .working_directory
-                    .as_deref()
-                    .and_then(crate::util::path_of);
-                let (schema, values) =
-                    crate::config::resolve(agent.as_ref(), dir.as_deref(), p.config.as_ref())?;
-                to_json(Ok(ResolveSessionConfigResult { schema, values }))
-            }
-            "sessionConfigCompletions" => {
-                let p: SessionConfigCompletionsParams = decode(method, params)?;
-                let agent = self.agent(p.provider.as_deref())?;
-                let dir = p
-                    .working_directory
-                    .as_deref()
-                    .and_then(crate::util::path_of);
-                let values = p.config.clone().unwrap_or_default();
-                let items = agent
-                    .config_completions(&p.property, p.query.as_deref(), dir.as_deref(), &values)
-                    .await;
-                Ok(json!({"items": items}))
-            }
-            "authenticate" => {
-                let p: AuthenticateParams = decode(method, params)?;
-                let known = self.inner.agents().iter().any(|a| {
-                    a.descriptor()
-                        .protected_resources
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|r| r.resource == p.resource)
-                });
-                if !known {
-                    return Err(RpcError::invalid_params(format!(
-                        "no agent asks for a token for {}",
-                        p.resource
-                    )));
-                }
-                if let Ok(mut creds) = self.inner.credentials.lock() {
-                    creds
-                        .entry(self.client_id.clone())
-                        .or_default()
-                        .insert(p.resource, crate::agent::Secret::new(p.token));
-                }
-                Ok(json!({}))
-            }
-            "resourceRead" | "resourceList" | "resourceResolve"
-                if self.inner.resources.is_some() =>
-            {
-                let Some(res) = self.inner.resources.clone() else {
-                    return Err(RpcError::method_not_found(method));
-                };
-                match method {
-                    "resourceRead" => {
-                        let p: ResourceReadParams = decode(method, params)?;
-                        to_json(res.read(&p.uri, p.encoding).await)
-                    }
-                    "resourceList" => {
-                        let p: ResourceListParams = decode(method, params)?;
-                        to_json(res.list(&p.uri).await)
-                    }
-                    _ => {
-                        let p: ResourceResolveParams = decode(method, params)?;
-                        to_json(res.resolve(&p.uri, p.follow_symlinks.unwrap_or(true)).await)
-                    }
-                }
-            }
-            m if m.starts_with("x-") => match self.inner.extension_for_method(m) {
-                Some(ext) => {
-                    let info = ConnInfo {
-                        client_id: self.client_id.clone(),
-                        connection_id: self.id,
-                        protocol_version: self.version.clone(),
-                    };
-                    ext.call(m, params, &info).await
-                }
-                None => Err(RpcError::method_not_found(m)),
-            },
-            other => Err(RpcError::method_not_found(other)),
-        }
-    }
-
-    fn agent(&self, provider: Option<&str>) -> Result<Arc<dyn crate::agent::Agent>, RpcError> {
-        self.inner.agent(provider).ok_or_else(|| match provider {
-            Some(p) => RpcError::new(
-                codes::PROVIDER_NOT_FOUND,
-                format!("no agent has the provider id {p}"),
-            ),
-            None => RpcError::new(codes::PROVIDER_NOT_FOUND, "this host has no agents"),
-        })
-    }
-
-    fn live_session(&self, uri: &str) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
-        let reg = self
+        // A session the client was active in but no longer lists loses it.
+        let listed: HashSet<&str> = p.subscriptions.iter().map(String::as_str).collect();
+        let others: Vec<_> = self
             .inner
             .registry
             .lock()
-            .map_err(|_| RpcError::internal("the session table is unavailable"))?;
-        reg.sessions
-            .get(uri)
-            .map(|e| e.tx.clone())
-            .ok_or_else(|| RpcError::session_not_found(uri))
+            .map(|r| {
+                r.sessions
+                    .iter()
+                    .filter(|(uri, _)| !listed.contains(uri.as_str()))
+                    .map(|(_, e)| e.tx.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for tx in others {
+            let _ = tx
+                .send(SessionMsg::Unsubscribed {
+                    client_id: self.client_id.clone(),
+                })
+                .await;
+        }
     }
 
     /// Forget the connection; after the grace period a client with no connection left is

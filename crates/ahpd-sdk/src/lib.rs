@@ -28,14 +28,17 @@ mod actor;
 mod backend;
 mod catalogue;
 mod coalesce;
+mod commands;
 mod config;
 mod connection;
 mod dispatch;
 mod hub;
+mod lifecycle;
 mod open;
 mod root;
 mod rootdispatch;
 mod session;
+mod summary;
 
 #[cfg(feature = "testing")]
 pub mod testing;

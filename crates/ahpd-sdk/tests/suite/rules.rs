@@ -350,3 +350,47 @@ async fn rule_10_a_client_cancel_without_duration_gets_one() {
     assert_eq!(cancelled["params"]["action"]["type"], "chat/turnCancelled");
     assert!(cancelled["params"]["action"]["duration"].as_i64().unwrap() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_session_reports_progress_to_its_creator_before_the_reply() {
+    let th = start().await;
+    let mut raw = Raw::connect(&th.url).await;
+    raw.init("raw").await;
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"createSession","params":{"channel":"mock:/prog","progressToken":"p1"}}"#).await;
+    let mut progress = Vec::new();
+    loop {
+        let v = raw.recv().await.unwrap();
+        if v["method"] == "root/progress" {
+            assert_eq!(v["params"]["channel"], "ahp-root://");
+            assert_eq!(v["params"]["progressToken"], "p1");
+            progress.push(v["params"]["progress"].as_i64().unwrap());
+        } else if v["id"] == 2 {
+            assert!(v["result"].is_null());
+            break;
+        }
+    }
+    assert_eq!(progress, vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disposing_a_past_session_deletes_it_from_the_catalogue() {
+    let th = start_with(ScriptedAgent::new().with_history("gone", 2), |b| b).await;
+    let a = client(&th.url).await;
+    a.initialize("d".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let before: Value = a.request("listSessions", json!({})).await.unwrap();
+    assert_eq!(before["items"][0]["resource"], "mock:/gone");
+    let r: Value = a
+        .request("disposeSession", json!({"channel": "mock:/gone"}))
+        .await
+        .unwrap();
+    assert!(r.is_null());
+    let after: Value = a.request("listSessions", json!({})).await.unwrap();
+    assert!(after["items"].as_array().unwrap().is_empty());
+    let missing = a
+        .request::<_, Value>("disposeSession", json!({"channel": "mock:/gone"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, ahp::ClientError::Rpc(e) if e.code == -32001));
+}

@@ -1,0 +1,175 @@
+//! What a session shows outside its own channels: the chat entries in `session.chats[]`, the
+//! session activity line, and its catalogue row with `root/sessionSummaryChanged`.
+
+use std::sync::Arc;
+
+use ahp_types::actions::*;
+use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
+use ahp_types::state::*;
+
+use crate::actor::{Actor, chat_summary_of};
+use crate::root;
+
+impl Actor {
+    /// Keep `session.chats[]` and the session activity line in step with a chat's state.
+    pub(crate) fn sync_chat_summary(&mut self, chat: &Arc<str>) {
+        let Some(slot) = self.chats.get(chat) else {
+            return;
+        };
+        let now = chat_summary_of(&slot.state);
+        let Some(old) = self
+            .state
+            .chats
+            .iter()
+            .find(|c| c.resource == now.resource)
+            .cloned()
+        else {
+            return;
+        };
+        let mut changes = PartialChatSummary::default();
+        let mut any = false;
+        if old.title != now.title {
+            changes.title = Some(now.title.clone());
+            any = true;
+        }
+        if old.status != now.status {
+            changes.status = Some(now.status);
+            any = true;
+        }
+        if old.activity != now.activity {
+            changes.activity = now.activity.clone();
+            any = true;
+        }
+        if any && old.modified_at != now.modified_at {
+            changes.modified_at = Some(now.modified_at.clone());
+        }
+        let activity_changed = old.activity != now.activity && **chat == *self.default_chat;
+        if any {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction {
+                chat: chat.to_string(),
+                changes,
+            });
+            self.apply_session(&action, None);
+        }
+        if activity_changed {
+            let action = StateAction::SessionActivityChanged(SessionActivityChangedAction {
+                activity: now.activity,
+            });
+            self.apply_session(&action, None);
+        }
+    }
+
+    /// The catalogue row of this session (§7.18).
+    pub(crate) fn summary(&self) -> SessionSummary {
+        let default = self.chats.get(&self.default_chat).map(|c| &c.state);
+        let mut status = default
+            .map(|c| c.status & 0b1_1111)
+            .unwrap_or(SessionStatus::Idle.bits());
+        let mut activity = default.and_then(|c| c.activity.clone());
+        if let Some(c) = self.chats.values().find(|c| {
+            c.state.status & SessionStatus::InputNeeded.bits() == SessionStatus::InputNeeded.bits()
+        }) {
+            status = SessionStatus::InputNeeded.bits();
+            activity = c.state.activity.clone();
+        } else if self.chats.values().any(|c| {
+            c.state.active_turn.is_none()
+                && c.state
+                    .turns
+                    .last()
+                    .is_some_and(|t| t.state == TurnState::Error)
+        }) {
+            status = (status & !0b1_1111) | SessionStatus::Error.bits();
+        }
+        status |=
+            self.state.status & (SessionStatus::IsRead.bits() | SessionStatus::IsArchived.bits());
+        let modified_at = self
+            .chats
+            .values()
+            .map(|c| c.state.modified_at.clone())
+            .max()
+            .unwrap_or_else(|| self.created_at.clone());
+        SessionSummary {
+            provider: self.state.provider.clone(),
+            title: self.state.title.clone(),
+            status,
+            activity,
+            origin: None,
+            project: None,
+            working_directories: self.state.working_directories.clone(),
+            annotations: None,
+            resource: self.uri.to_string(),
+            created_at: self.created_at.clone(),
+            modified_at,
+            changes: None,
+            meta: None,
+            chats: Some(
+                self.state
+                    .chats
+                    .iter()
+                    .map(|c| SessionChatSummary {
+                        resource: c.resource.clone(),
+                        title: c.title.clone(),
+                        origin: c.origin.clone(),
+                        interactivity: c.interactivity,
+                        status: Some(c.status),
+                        changes: c.changes.clone(),
+                    })
+                    .collect(),
+            ),
+            default_chat: Some(self.default_chat.to_string()),
+        }
+    }
+
+    /// Publish `root/sessionSummaryChanged` when a catalogue field of this ready session moved.
+    pub(crate) fn sync_catalogue(&mut self) {
+        let Some(old) = self.catalogue.clone() else {
+            return;
+        };
+        let now = self.summary();
+        let mut changes = PartialSessionSummary::default();
+        let mut any = false;
+        if old.title != now.title {
+            changes.title = Some(now.title.clone());
+            any = true;
+        }
+        if old.status != now.status {
+            changes.status = Some(now.status);
+            any = true;
+        }
+        if old.activity != now.activity {
+            changes.activity = now.activity.clone();
+            any = true;
+        }
+        if old.modified_at != now.modified_at {
+            changes.modified_at = Some(now.modified_at.clone());
+            any = true;
+        }
+        if old.chats != now.chats {
+            changes.chats = now.chats.clone();
+            any = true;
+        }
+        if old.working_directories != now.working_directories {
+            changes.working_directories = now.working_directories.clone();
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        self.catalogue = Some(now.clone());
+        if let Ok(mut reg) = self.inner.registry.lock()
+            && let Some(e) = reg.sessions.get_mut(&*self.uri)
+        {
+            e.summary = Some(now);
+        }
+        let params = SessionSummaryChangedParams {
+            channel: root::ROOT.to_owned(),
+            session: self.uri.to_string(),
+            changes,
+        };
+        if let Ok(v) = serde_json::to_value(&params) {
+            self.inner
+                .hub
+                .notify(root::ROOT, "root/sessionSummaryChanged", &v);
+        }
+    }
+}
