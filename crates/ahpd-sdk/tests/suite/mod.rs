@@ -1,4 +1,5 @@
 mod conversation;
+mod extension;
 mod handshake;
 mod malformed;
 mod many_clients;
