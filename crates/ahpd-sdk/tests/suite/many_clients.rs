@@ -119,7 +119,9 @@ async fn a_stalled_client_is_closed_and_never_slows_the_others() {
                 .to_string(),
         )
         .await;
-    assert!(mem_b.recv_text().await.unwrap().contains("snapshot"));
+    let sub_b: Value = serde_json::from_str(&mem_b.recv_text().await.unwrap()).unwrap();
+    let snap_b: ahp_types::state::Snapshot =
+        serde_json::from_value(sub_b["result"]["snapshot"].clone()).unwrap();
 
     a.dispatch(chat.clone(), turn_started("big", "deltas:1000"))
         .await
@@ -137,10 +139,44 @@ async fn a_stalled_client_is_closed_and_never_slows_the_others() {
     assert_eq!(text.len(), 1000, "client A received every delta");
     let snap = host.snapshot(&chat).await.unwrap();
     wa.sync().await;
-    match snap.state {
-        ahp_types::state::SnapshotState::Chat(c) => assert_eq!(wa.mirror.chats[&chat], *c),
+    let host_chat = match snap.state {
+        ahp_types::state::SnapshotState::Chat(c) => *c,
         _ => panic!("chat snapshot expected"),
+    };
+    assert_eq!(wa.mirror.chats[&chat], host_chat);
+
+    // B comes back, replays what it missed, and agrees with the host.
+    let (peer_b2, mem_b2) = pair(8192, 1 << 20);
+    let h = host.clone();
+    tokio::spawn(async move { h.accept(peer_b2).await });
+    let b2 = Client::connect(
+        mem_b2,
+        ClientConfig {
+            default_request_timeout: Some(PATIENCE),
+            subscription_buffer: 8192,
+        },
+    )
+    .await
+    .unwrap();
+    let mut mirror_b = ahpd_sdk::testing::Mirror::default();
+    mirror_b.apply_snapshot(&snap_b);
+    match b2
+        .reconnect("b".into(), snap_b.from_seq, vec![chat.clone()])
+        .await
+        .unwrap()
+    {
+        ahp_types::commands::ReconnectResult::Replay(r) => {
+            for env in &r.actions {
+                mirror_b.apply(env);
+            }
+        }
+        ahp_types::commands::ReconnectResult::Snapshot(s) => {
+            for snap in &s.snapshots {
+                mirror_b.apply_snapshot(snap);
+            }
+        }
     }
+    assert_eq!(mirror_b.chats[&chat], host_chat);
 }
 
 async fn delta_frames_and_state(window: Duration) -> (usize, ahp_types::state::ChatState) {
