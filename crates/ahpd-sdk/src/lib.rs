@@ -5,6 +5,20 @@
 //! reducers, so a client that replays actions and a client that takes a snapshot always agree.
 //! This crate knows nothing of cofold.
 //!
+//! # Shape
+//!
+//! - A backend implements [`Agent`] (one provider: descriptor, config schema and defaults,
+//!   `create`, and optionally `list`/`find`/`transcript`/`delete`/`probe`) and [`Session`] (one
+//!   chat's conversation: `begin`, `cancel`, `close`, optionally `steer`, `configure`,
+//!   `resume_turn`, `rewind`). A session reports only through its [`SessionContext`]:
+//!   `emit` actions, `ask_approval`, `ask_input`, `call_client_tool`.
+//! - A daemon plugin implements [`plugin::Plugin`] and registers [`plugin::Engine`]s or fixed
+//!   agents with a [`plugin::Registrar`].
+//! - An embedder builds a [`Host`] with [`HostBuilder`] and hands it connections:
+//!   [`Host::serve_ws`], [`Host::serve_stdio`] or [`Host::accept`] with any [`Peer`].
+//! - Extra `x-` channels and commands are served through [`ports::Extension`]; an extension
+//!   publishes through [`HostHandle::publish_extension`].
+//!
 //! ```no_run
 //! # async fn run(agent: std::sync::Arc<dyn ahpd_sdk::Agent>) -> Result<(), ahpd_sdk::HostError> {
 //! use ahpd_sdk::{HostBuilder, transport::ws::WsConfig};
