@@ -146,11 +146,11 @@ fn follow(dir: PathBuf, target: &Path, budget: &mut u32) -> PathBuf {
 /// Windows' canonical form starts with `\\?\`; the rest of the program speaks plain paths.
 #[cfg(windows)]
 fn strip_verbatim(path: PathBuf) -> PathBuf {
-    let text = path.to_string_lossy();
-    match text.strip_prefix(r"\\?\") {
-        Some(rest) if !rest.starts_with("UNC\\") => PathBuf::from(rest),
-        _ => path,
-    }
+    let plain = match path.to_str().and_then(|text| text.strip_prefix(r"\\?\")) {
+        Some(rest) if !rest.starts_with("UNC\\") => Some(PathBuf::from(rest)),
+        _ => None,
+    };
+    plain.unwrap_or(path)
 }
 
 #[cfg(not(windows))]
