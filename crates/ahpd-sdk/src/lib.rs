@@ -29,6 +29,7 @@
 //! ```
 
 pub mod agent;
+pub mod attachments;
 pub mod error;
 pub mod host;
 pub mod peer;
