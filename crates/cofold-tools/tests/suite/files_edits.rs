@@ -254,3 +254,38 @@ async fn a_binary_read_is_recorded_but_edits_still_refuse() {
     );
     assert_eq!(ws.bytes("other.bin"), [1, 0, 2]);
 }
+
+#[tokio::test]
+async fn refusals_write_nothing() {
+    let ws = Ws::f();
+    ws.write("three.txt", "x x x\n");
+    let files = Files::f(&ws, "s").await;
+    read(&files, "three.txt").await;
+    let before = std::fs::metadata(ws.path("three.txt"))
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    let edit = |old: &str| json!({"path": "three.txt", "old": old, "new": "y"});
+    assert_eq!(
+        files.refused("edit_file", edit("x")).await,
+        "old text occurs 3 times in three.txt; add context to make it unique, or pass all: true"
+    );
+    assert_eq!(
+        files.refused("edit_file", edit("z")).await,
+        "old text not found in three.txt"
+    );
+    let after = std::fs::metadata(ws.path("three.txt"))
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    assert_eq!(
+        (ws.read("three.txt"), after),
+        ("x x x\n".to_owned(), before)
+    );
+    assert_eq!(
+        files
+            .refused("write_file", json!({"path": "image.bin/x", "content": "x"}))
+            .await,
+        format!("image.bin/x: {}", std::io::Error::from_raw_os_error(20))
+    );
+}
