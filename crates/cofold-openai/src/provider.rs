@@ -1,0 +1,248 @@
+//! The provider: one endpoint with its key, headers and HTTP client, making adapters for its
+//! models and reading its catalogue; and building providers from configuration.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cofold_agents::error::{AgentError, ErrorCode};
+use cofold_agents::model::{
+    ListOptions, ModelAdapter, ModelInfo, ModelProvider, ModelSpec, ReasoningEffort,
+};
+use cofold_agents::provider::{ProviderConfig, split_model};
+use cofold_agents::tool::AbortSignal;
+use indexmap::IndexMap;
+
+use crate::adapter::OpenAiAdapter;
+use crate::catalogue::{DEFAULT_FEATURES, parse_models};
+use crate::http::{ApiKey, Endpoint, abort_error, error_chain, no_answer};
+
+/// How to reach an endpoint. Defaults: no key, no extra headers, no reasoning budgets, the name
+/// taken from the base URL's host and port, 2 retries (3 attempts in all).
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOptions {
+    /// The base URL, such as `https://api.deepseek.com/v1`; a trailing `/` is removed.
+    pub base_url: String,
+    /// The bearer key.
+    pub api_key: Option<ApiKey>,
+    /// Extra headers sent with every request, in order.
+    pub headers: Vec<(String, String)>,
+    /// A reasoning token budget per effort, sent as `reasoning: { max_tokens }` instead of the
+    /// effort's name.
+    pub reasoning_budgets: HashMap<ReasoningEffort, u64>,
+    /// The provider's name; its id is `openai-compat:<name>`.
+    pub name: Option<String>,
+    /// Extra attempts after a failure before any body was read (default 2).
+    pub retries: Option<u32>,
+}
+
+impl ProviderOptions {
+    /// Options for `base_url` with every default.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        ProviderOptions {
+            base_url: base_url.into(),
+            ..ProviderOptions::default()
+        }
+    }
+
+    /// The same options with a fixed key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(ApiKey::Fixed(key.into()));
+        self
+    }
+
+    /// The options a configured provider gives: its id as the name, its key (an empty key is
+    /// none) and headers.
+    pub fn from_config(config: &ProviderConfig) -> Self {
+        ProviderOptions {
+            base_url: config.base_url.clone(),
+            api_key: config
+                .api_key
+                .as_ref()
+                .filter(|k| !k.is_empty())
+                .map(|k| ApiKey::Fixed(k.clone())),
+            headers: config.headers.clone().unwrap_or_default(),
+            name: Some(config.id.clone()),
+            ..ProviderOptions::default()
+        }
+    }
+}
+
+/// An OpenAI-compatible endpoint as a [`ModelProvider`].
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    id: String,
+    endpoint: Arc<Endpoint>,
+    budgets: Arc<HashMap<ReasoningEffort, u64>>,
+}
+
+fn host_and_port(base_url: &str) -> Option<String> {
+    let url = url::Url::parse(base_url).ok()?;
+    let host = url.host_str()?;
+    Some(match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    })
+}
+
+impl OpenAiProvider {
+    /// A provider for `options.base_url`. Fails when no name is given and the base URL has no
+    /// host to take one from, or when the HTTP client cannot be built.
+    pub fn new(options: ProviderOptions) -> Result<Self, AgentError> {
+        let base_url = options.base_url.trim_end_matches('/').to_owned();
+        let name = match options.name {
+            Some(n) => n,
+            None => host_and_port(&base_url).ok_or_else(|| {
+                AgentError::invalid_options(format!(
+                    "the base URL \"{base_url}\" is not an http(s) URL with a host"
+                ))
+            })?,
+        };
+        let client = reqwest::Client::builder().build().map_err(|e| {
+            AgentError::internal(format!("cannot build the HTTP client: {}", error_chain(&e)))
+        })?;
+        Ok(OpenAiProvider {
+            id: format!("openai-compat:{name}"),
+            endpoint: Arc::new(Endpoint {
+                base_url,
+                api_key: options.api_key,
+                headers: options.headers,
+                client,
+                retries: options.retries.unwrap_or(2),
+            }),
+            budgets: Arc::new(options.reasoning_budgets),
+        })
+    }
+
+    /// The base URL without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.endpoint.base_url
+    }
+
+    /// The adapter for one model, typed (see [`ModelProvider::model`]).
+    pub fn adapter(&self, spec: ModelSpec) -> OpenAiAdapter {
+        let mut features = DEFAULT_FEATURES;
+        if spec.params.as_ref().is_some_and(|p| p.reasoning.is_some()) {
+            features.reasoning = true;
+        }
+        if let Some(explicit) = spec.features {
+            features = explicit;
+        }
+        OpenAiAdapter {
+            id: format!("openai-compat:{}", spec.id),
+            model_id: spec.id,
+            features,
+            params: spec.params,
+            pricing: spec.pricing,
+            endpoint: self.endpoint.clone(),
+            budgets: self.budgets.clone(),
+        }
+    }
+
+    async fn fetch_models(&self, signal: &AbortSignal) -> Result<Vec<ModelInfo>, AgentError> {
+        let url = self.endpoint.url("/models");
+        let resp = self.endpoint.send(&url, None, signal).await?;
+        let text = tokio::select! {
+            t = resp.text() => t.map_err(|e| AgentError::new(
+                ErrorCode::Network,
+                format!("the answer from {url} broke off: {}", error_chain(&e)),
+            ))?,
+            _ = signal.cancelled() => return Err(abort_error(signal, &url)),
+        };
+        parse_models(&text)
+    }
+}
+
+#[async_trait]
+impl ModelProvider for OpenAiProvider {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn list_models(&self, options: ListOptions) -> Result<Vec<ModelInfo>, AgentError> {
+        let signal = options.signal.unwrap_or_default();
+        match options.timeout {
+            Some(limit) => tokio::time::timeout(limit, self.fetch_models(&signal))
+                .await
+                .unwrap_or_else(|_| Err(no_answer(&self.endpoint.url("/models")))),
+            None => self.fetch_models(&signal).await,
+        }
+    }
+
+    fn model(&self, spec: ModelSpec) -> Arc<dyn ModelAdapter> {
+        Arc::new(self.adapter(spec))
+    }
+}
+
+/// The one-model shortcut: a provider from `options` and its adapter for `spec`.
+pub fn openai_compat(
+    options: ProviderOptions,
+    spec: ModelSpec,
+) -> Result<OpenAiAdapter, AgentError> {
+    Ok(OpenAiProvider::new(options)?.adapter(spec))
+}
+
+/// Configured providers by id, in configuration order.
+pub type Providers = IndexMap<String, Arc<OpenAiProvider>>;
+
+/// Builds every configured provider, named by its configured id (so its provider id is
+/// `openai-compat:<id>`).
+pub fn providers_of(configs: &[ProviderConfig]) -> Result<Providers, AgentError> {
+    let mut out = IndexMap::with_capacity(configs.len());
+    for c in configs {
+        let provider = OpenAiProvider::new(ProviderOptions::from_config(c))?;
+        out.insert(c.id.clone(), Arc::new(provider));
+    }
+    Ok(out)
+}
+
+/// The provider and model id a reference `<provider>/<model>` names.
+pub fn provider_for(
+    providers: &Providers,
+    reference: &str,
+) -> Result<(Arc<OpenAiProvider>, String), AgentError> {
+    let Some(r) = split_model(reference) else {
+        return Err(AgentError::invalid_options(format!(
+            "model \"{reference}\" must be written <provider>/<model>"
+        )));
+    };
+    if providers.is_empty() {
+        return Err(AgentError::invalid_options("no provider is configured"));
+    }
+    match providers.get(&r.provider) {
+        Some(p) => Ok((p.clone(), r.model)),
+        None => {
+            let ids: Vec<&str> = providers.keys().map(String::as_str).collect();
+            Err(AgentError::invalid_options(format!(
+                "model \"{reference}\" names provider \"{}\"; configured: {}",
+                r.provider,
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+/// Asks every provider for its catalogue at once, each bounded by `timeout`. A provider that
+/// fails contributes nothing (its failure is logged without any key). Returns
+/// `(configured provider id, model)` pairs in provider order.
+pub async fn list_all(providers: &Providers, timeout: Duration) -> Vec<(String, ModelInfo)> {
+    let asks = providers.iter().map(|(id, p)| async move {
+        let options = ListOptions {
+            signal: None,
+            timeout: Some(timeout),
+        };
+        match p.list_models(options).await {
+            Ok(models) => models.into_iter().map(|m| (id.clone(), m)).collect(),
+            Err(e) => {
+                tracing::warn!(provider = %id, error = %e, "a provider's model list is unavailable");
+                Vec::new()
+            }
+        }
+    });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}

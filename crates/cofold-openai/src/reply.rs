@@ -1,0 +1,186 @@
+//! Reading a whole `chat.completion` answer, and the pieces the stream decoder shares with it:
+//! finish reasons, usage and assembled tool calls.
+
+use cofold_agents::error::{AgentError, ErrorCode};
+use cofold_agents::id::new_id;
+use cofold_agents::message::{Message, MessageSource, Part, Role, ToolCall};
+use cofold_agents::model::{FinishReason, ModelReply, Usage};
+use serde_json::Value;
+
+use crate::think::split_think;
+
+/// `finish_reason` as the runtime names it; tool calls always win.
+pub(crate) fn finish_of(reason: Option<&str>, has_calls: bool) -> FinishReason {
+    if has_calls {
+        return FinishReason::ToolCalls;
+    }
+    match reason {
+        Some("stop") => FinishReason::Stop,
+        Some("length") => FinishReason::Length,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some("tool_calls") => FinishReason::ToolCalls,
+        _ => FinishReason::Other,
+    }
+}
+
+/// Usage from an OpenAI `usage` object; zeros when absent.
+pub(crate) fn usage_of(usage: Option<&Value>) -> Usage {
+    let Some(u) = usage.filter(|u| u.is_object()) else {
+        return Usage::default();
+    };
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64);
+    Usage {
+        input_tokens: n(u.get("prompt_tokens")).unwrap_or(0),
+        output_tokens: n(u.get("completion_tokens")).unwrap_or(0),
+        cache_read_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+        cache_write_tokens: None,
+        reasoning_tokens: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
+    }
+}
+
+/// A tool call from what the provider sent: the empty argument string parses as `{}`, arguments
+/// that are not JSON keep `raw` and have no `input`, and a missing id is minted.
+pub(crate) fn tool_call(id: Option<&str>, name: &str, arguments: &str) -> ToolCall {
+    let call_id = match id {
+        Some(i) if !i.is_empty() => i.to_owned(),
+        _ => new_id(),
+    };
+    let input = if arguments.trim().is_empty() {
+        Some(Value::Object(serde_json::Map::new()))
+    } else {
+        serde_json::from_str(arguments).ok()
+    };
+    ToolCall {
+        call_id,
+        name: name.to_owned(),
+        input,
+        raw: arguments.to_owned(),
+    }
+}
+
+/// The assistant message of a reply: parts in the order reasoning, text, tool calls.
+pub(crate) fn assistant(reasoning: Option<String>, text: String, calls: Vec<ToolCall>) -> Message {
+    let mut parts = Vec::with_capacity(2 + calls.len());
+    if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+        parts.push(Part::reasoning(r));
+    }
+    if !text.is_empty() {
+        parts.push(Part::text(text));
+    }
+    parts.extend(calls.into_iter().map(Part::ToolCall));
+    Message::new(Role::Assistant, MessageSource::Model, parts)
+}
+
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.as_str()),
+                _ => p.get("text").and_then(Value::as_str),
+            })
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// Reads the body of a non-streaming answer.
+pub(crate) fn parse_completion(body: &str) -> Result<ModelReply, AgentError> {
+    let json: Value = serde_json::from_str(body)
+        .map_err(|_| AgentError::new(ErrorCode::InvalidResponse, "response is not JSON"))?;
+    let Some(message) = json.pointer("/choices/0/message").filter(|m| m.is_object()) else {
+        return Err(AgentError::new(
+            ErrorCode::InvalidResponse,
+            "response has no choices[0].message",
+        )
+        .with_detail(json));
+    };
+    let content = content_text(message.get("content"));
+    let field = ["reasoning", "reasoning_content"].iter().find_map(|k| {
+        message
+            .get(*k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    });
+    let (reasoning, text) = match field {
+        Some(r) => (Some(r.to_owned()), content),
+        None => split_think(&content),
+    };
+    let calls: Vec<ToolCall> = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| {
+                    tool_call(
+                        c.get("id").and_then(Value::as_str),
+                        c.pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        c.pointer("/function/arguments")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let finish = finish_of(
+        json.pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str),
+        !calls.is_empty(),
+    );
+    let usage = usage_of(json.get("usage"));
+    Ok(ModelReply {
+        message: assistant(reasoning, text, calls),
+        usage,
+        finish,
+        raw: Some(json),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn empty_arguments_parse_as_an_empty_object() {
+        let c = tool_call(Some("c1"), "noop", "");
+        assert_eq!(c.input, Some(json!({})));
+        assert_eq!(c.raw, "");
+        let bad = tool_call(None, "x", "{not json");
+        assert_eq!(bad.input, None);
+        assert_eq!(bad.call_id.len(), 36);
+    }
+
+    #[test]
+    fn finish_reasons_map() {
+        assert_eq!(finish_of(Some("stop"), true), FinishReason::ToolCalls);
+        assert_eq!(finish_of(Some("length"), false), FinishReason::Length);
+        assert_eq!(
+            finish_of(Some("content_filter"), false),
+            FinishReason::ContentFilter
+        );
+        assert_eq!(finish_of(Some("eos"), false), FinishReason::Other);
+        assert_eq!(finish_of(None, false), FinishReason::Other);
+    }
+
+    #[test]
+    fn usage_optional_counters_only_when_reported() {
+        let u = usage_of(Some(&json!({ "prompt_tokens": 5, "completion_tokens": 2,
+            "prompt_tokens_details": { "cached_tokens": 3 } })));
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_tokens,
+                u.reasoning_tokens
+            ),
+            (5, 2, Some(3), None)
+        );
+        assert_eq!(usage_of(None), Usage::default());
+    }
+}

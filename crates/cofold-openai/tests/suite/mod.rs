@@ -1,0 +1,10 @@
+#![allow(clippy::unwrap_used)]
+
+mod catalogue;
+mod complete;
+mod config;
+mod dialects;
+mod errors;
+mod request;
+mod stream;
+mod support;
