@@ -33,6 +33,9 @@ const MODES: [&str; 6] = [
 ];
 const LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
 
+/// One endpoint the probe lists: prefix, base URL, key and headers.
+type Listed = (String, String, KeySource, Vec<(String, String)>);
+
 /// The cofold engine's agent for one record.
 pub struct CofoldAgent {
     core: Arc<AgentCore>,
@@ -373,7 +376,7 @@ impl Agent for CofoldAgent {
         let mut models: Vec<SessionModelInfo> = Vec::new();
         if core.embedder.adapter.is_none() {
             let timeout = Duration::from_millis(core.options.catalogue_timeout_ms);
-            let mut endpoints: Vec<(String, String, KeySource, Vec<(String, String)>)> = Vec::new();
+            let mut endpoints: Vec<Listed> = Vec::new();
             if let Some(base) = &core.options.base_url {
                 let key = core
                     .options

@@ -16,7 +16,10 @@ mod transcript;
 mod turns;
 
 pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};
-pub use options::{CofoldOptions, EditPhase, Embedder, Environment, options_schema, record_schema};
+pub use options::{
+    CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, options_schema,
+    record_schema,
+};
 pub use plugin::{CofoldEngine, CofoldPlugin, plugin};
 pub use session::CofoldSession;
 

@@ -174,7 +174,7 @@ pub enum KeySource {
     /// A fixed key.
     Fixed(String),
     /// Asked per HTTP request.
-    Dynamic(Arc<dyn Fn() -> Option<String> + Send + Sync>),
+    Dynamic(crate::options::KeyFunction),
 }
 
 impl KeySource {

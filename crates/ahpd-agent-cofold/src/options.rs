@@ -225,6 +225,12 @@ impl Environment {
     }
 }
 
+/// A function asked once per HTTP request for the endpoint's key.
+pub type KeyFunction = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Receives edit notices: `(turn id, absolute path, before | after)`.
+pub type EditObserver = Arc<dyn Fn(&str, &std::path::Path, EditPhase) + Send + Sync>;
+
 /// Values only an embedder can pass (engine.md §2.5).
 #[derive(Clone, Default)]
 pub struct Embedder {
@@ -233,9 +239,9 @@ pub struct Embedder {
     /// A policy that replaces the permission mode.
     pub policy: Option<Arc<dyn Policy>>,
     /// Asked once per HTTP request for the endpoint's key.
-    pub api_key: Option<Arc<dyn Fn() -> Option<String> + Send + Sync>>,
+    pub api_key: Option<KeyFunction>,
     /// Receives edit notices: `(turn id, path, "before" | "after")`.
-    pub on_file_edit: Option<Arc<dyn Fn(&str, &std::path::Path, EditPhase) + Send + Sync>>,
+    pub on_file_edit: Option<EditObserver>,
     /// The environment (default: the process's).
     pub env: Option<Environment>,
 }

@@ -1,0 +1,3 @@
+mod conversation;
+mod options;
+mod support;
