@@ -36,11 +36,24 @@ struct Running {
     done: tokio::sync::watch::Receiver<bool>,
 }
 
+/// The last turn whose run ended in this process, kept so a failed one can be tried again.
+struct Finished {
+    turn: TurnRequest,
+    resumable: bool,
+    counters: (u32, u32),
+}
+
+/// A turn waiting to run, with the counters of an earlier attempt when it is a resume.
+type Waiting = (TurnRequest, Arc<AtomicBool>, Option<(u32, u32)>);
+
 #[derive(Default)]
 struct State {
     closed: bool,
     running: Option<Running>,
-    waiting: VecDeque<(TurnRequest, Arc<AtomicBool>)>,
+    /// A store cut (resume) is going; turns wait for it.
+    cutting: bool,
+    waiting: VecDeque<Waiting>,
+    last: Option<Finished>,
 }
 
 /// Shared by the session object and its run tasks.
@@ -98,35 +111,49 @@ impl Core {
         if let Some(running) = &state.running {
             running.shown.store(false, Ordering::SeqCst);
         }
-        for (_, shown) in &state.waiting {
+        for (_, shown, _) in &state.waiting {
             shown.store(false, Ordering::SeqCst);
         }
         let shown = Arc::new(AtomicBool::new(true));
-        if state.running.is_some() {
-            state.waiting.push_back((turn, shown));
+        if state.running.is_some() || state.cutting {
+            state.waiting.push_back((turn, shown, None));
             return;
         }
-        self.start(&mut state, turn, shown);
+        self.start(&mut state, turn, shown, None);
     }
 
-    fn start(self: &Arc<Self>, state: &mut State, turn: TurnRequest, shown: Arc<AtomicBool>) {
+    fn start(
+        self: &Arc<Self>,
+        state: &mut State,
+        turn: TurnRequest,
+        shown: Arc<AtomicBool>,
+        carry: Option<(u32, u32)>,
+    ) {
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let steers = Arc::new(Mutex::new(VecDeque::new()));
         let prepared = self.prepare(&turn);
         let handle = match prepared {
-            Ok((handle, mapper)) => {
+            Ok((handle, mut mapper)) => {
+                if let Some(counters) = carry {
+                    mapper.continue_from(counters);
+                }
+                let request = turn.clone();
                 let task_core = self.clone();
                 let task_handle = handle.clone();
                 let task_shown = shown.clone();
                 let task_steers = steers.clone();
                 let turn_id = turn.turn_id.clone();
                 tokio::spawn(async move {
-                    task_core
+                    let (resumable, counters) = task_core
                         .clone()
                         .follow(turn_id, task_handle, mapper, task_shown, task_steers)
                         .await;
                     let _ = done_tx.send(true);
-                    task_core.finished();
+                    task_core.finished(Finished {
+                        turn: request,
+                        resumable,
+                        counters,
+                    });
                 });
                 Some(handle)
             }
@@ -140,10 +167,12 @@ impl Core {
             }
         };
         if handle.is_none() {
-            // Nothing runs; the next waiting turn may go at once.
+            // Nothing runs; the next waiting turn may go at once. A turn that never ran
+            // carries no resume.
             state.running = None;
-            if let Some((next, shown)) = state.waiting.pop_front() {
-                self.start(state, next, shown);
+            state.last = None;
+            if let Some((next, shown, carry)) = state.waiting.pop_front() {
+                self.start(state, next, shown, carry);
             }
             return;
         }
@@ -208,7 +237,8 @@ impl Core {
         mut mapper: TurnMapper,
         shown: Arc<AtomicBool>,
         steers: Arc<Mutex<VecDeque<String>>>,
-    ) {
+    ) -> (bool, (u32, u32)) {
+        let mut failed = false;
         let mut events = Box::pin(handle.events());
         let mut requests: HashMap<String, String> = HashMap::new();
         let mut first = true;
@@ -293,6 +323,9 @@ impl Core {
                 }
                 _ => {}
             }
+            if let EventBody::RunFinished { outcome } = &event.body {
+                failed = outcome.status() == cofold_agents::store::RunStatus::Failed;
+            }
             let actions = mapper.map(&event);
             if shown.load(Ordering::SeqCst) {
                 for action in actions {
@@ -305,6 +338,7 @@ impl Core {
                 }
             }
         }
+        (failed && mapper.failed_in_model(), mapper.counters())
     }
 
     /// The first turn of a conversation names the session (engine.md §4.9).
@@ -349,15 +383,64 @@ impl Core {
     }
 
     /// A run ended: the next waiting turn starts.
-    fn finished(self: &Arc<Self>) {
+    fn finished(self: &Arc<Self>, finished: Finished) {
         let mut state = lock(&self.state);
         state.running = None;
+        state.last = Some(finished);
         if state.closed {
             state.waiting.clear();
             return;
         }
-        if let Some((next, shown)) = state.waiting.pop_front() {
-            self.start(&mut state, next, shown);
+        self.next_waiting(&mut state);
+    }
+
+    fn next_waiting(self: &Arc<Self>, state: &mut State) {
+        if let Some((next, shown, carry)) = state.waiting.pop_front() {
+            self.start(state, next, shown, carry);
+        }
+    }
+
+    /// Cuts the store through the message before the failed turn's prompt (or drops the
+    /// conversation when the prompt was its first message), then runs the prompt again.
+    async fn resume(self: Arc<Self>, finished: Finished) {
+        let store = &self.agent.store;
+        let cut = async {
+            let messages = store.list_messages(&self.backend_id, None).await?;
+            let at = messages.iter().position(|m| m.id == finished.turn.turn_id);
+            match at {
+                Some(0) | None if messages.first().is_none_or(|m| m.id == finished.turn.turn_id) => {
+                    match store.delete_session(&self.backend_id).await {
+                        Err(e) if e.code != cofold_agents::error::ErrorCode::NotFound => Err(e),
+                        _ => Ok(()),
+                    }
+                }
+                Some(i) => store
+                    .truncate(&self.backend_id, &messages[i - 1].id)
+                    .await
+                    .map(|_| ()),
+                None => Ok(()),
+            }
+        }
+        .await;
+        let mut state = lock(&self.state);
+        state.cutting = false;
+        if state.closed {
+            return;
+        }
+        let shown = Arc::new(AtomicBool::new(state.waiting.is_empty()));
+        match cut {
+            Ok(()) => state
+                .waiting
+                .push_front((finished.turn, shown, Some(finished.counters))),
+            Err(e) => {
+                if shown.load(Ordering::SeqCst) {
+                    self.ctx
+                        .emit(act::turn_error(&finished.turn.turn_id, 0, &e.message, false));
+                }
+            }
+        }
+        if state.running.is_none() {
+            self.next_waiting(&mut state);
         }
     }
 
@@ -411,6 +494,29 @@ impl Session for CofoldSession {
         });
         let _ = &running.turn_id;
         true
+    }
+
+    fn resume_turn(&mut self, turn_id: &str) -> Result<(), ahpd_sdk::Refusal> {
+        let refusal = || {
+            ahpd_sdk::Refusal::new(format!(
+                "{}: turn {turn_id} cannot be resumed",
+                self.core.agent.id
+            ))
+        };
+        let mut state = lock(&self.core.state);
+        if state.closed || state.running.is_some() || state.cutting {
+            return Err(refusal());
+        }
+        match &state.last {
+            Some(last) if last.turn.turn_id == turn_id && last.resumable => {}
+            _ => return Err(refusal()),
+        }
+        let Some(finished) = state.last.take() else {
+            return Err(refusal());
+        };
+        state.cutting = true;
+        tokio::spawn(self.core.clone().resume(finished));
+        Ok(())
     }
 
     fn configure(

@@ -40,6 +40,7 @@ pub(crate) struct TurnMapper {
     held_reply: Option<Message>,
     streamed_this_step: bool,
     compactions: u32,
+    in_model: bool,
     running: Usage,
     pub(crate) calls: HashMap<String, CallView>,
     started: std::time::Instant,
@@ -144,6 +145,7 @@ impl TurnMapper {
             held_reply: None,
             streamed_this_step: false,
             compactions: 0,
+            in_model: false,
             running: Usage::default(),
             calls: HashMap::new(),
             started: std::time::Instant::now(),
@@ -218,6 +220,7 @@ impl TurnMapper {
         match &event.body {
             EventBody::ModelStarted { .. } => {
                 self.step += 1;
+                self.in_model = true;
                 self.parts_opened = 0;
                 self.reasoning_part = None;
                 self.markdown_part = None;
@@ -232,6 +235,7 @@ impl TurnMapper {
                 }
             }
             EventBody::ModelCompleted { message, usage, .. } => {
+                self.in_model = false;
                 if !self.streamed_this_step {
                     self.held_reply = Some(message.clone());
                 }
@@ -390,7 +394,8 @@ impl TurnMapper {
                         } else {
                             &error.message
                         };
-                        out.push(act::turn_error(&turn, duration, message, false));
+                        // Only a failure of a model call can be tried again (engine.md §5.15).
+                        out.push(act::turn_error(&turn, duration, message, self.in_model));
                     }
                     OutcomeKind::Cancelled { .. } | OutcomeKind::Awaiting { .. } => {}
                 }
@@ -398,6 +403,22 @@ impl TurnMapper {
             _ => {}
         }
         out
+    }
+
+    /// The step and notice counters, carried into a resumed attempt so no part id repeats.
+    pub(crate) fn counters(&self) -> (u32, u32) {
+        (self.step, self.compactions)
+    }
+
+    /// Continues the counters of an earlier attempt of the same turn.
+    pub(crate) fn continue_from(&mut self, counters: (u32, u32)) {
+        self.step = counters.0;
+        self.compactions = counters.1;
+    }
+
+    /// Whether the run failed inside a model call (the turn may be resumed).
+    pub(crate) fn failed_in_model(&self) -> bool {
+        self.in_model
     }
 
     /// Marks a call as approved by the host (it is already `running` there).

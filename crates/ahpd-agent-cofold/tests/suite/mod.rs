@@ -1,3 +1,4 @@
 mod conversation;
 mod options;
 mod support;
+mod turns;

@@ -333,13 +333,15 @@ impl Watch {
             .collect()
     }
 
-    /// The tool calls of the last turn in the history.
+    /// The tool calls of the active turn, else of the last turn in the history.
     pub fn last_calls(&self) -> Vec<ToolCallState> {
-        self.chat_state()
-            .turns
-            .last()
-            .map(|t| {
-                t.response_parts
+        let chat = self.chat_state();
+        chat.active_turn
+            .as_ref()
+            .map(|t| &t.response_parts)
+            .or(chat.turns.last().map(|t| &t.response_parts))
+            .map(|parts| {
+                parts
                     .iter()
                     .filter_map(|p| match p {
                         ResponsePart::ToolCall(tc) => Some(tc.tool_call.clone()),
