@@ -1,0 +1,5 @@
+#![allow(clippy::unwrap_used)]
+
+mod copapo;
+mod resolver;
+mod support;
