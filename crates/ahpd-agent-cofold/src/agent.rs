@@ -111,11 +111,14 @@ impl CofoldAgent {
     }
 }
 
+/// An enum property's values, labels, descriptions and default.
+type Choices<'a> = (&'a [&'a str], Vec<String>, Vec<String>, &'a str);
+
 fn property(
     kind: &str,
     title: &str,
     mutable: bool,
-    choices: Option<(&[&str], Vec<String>, Vec<String>, &str)>,
+    choices: Option<Choices<'_>>,
 ) -> SessionConfigPropertySchema {
     let (values, labels, descriptions, default) = match choices {
         Some((values, labels, descriptions, default)) => (

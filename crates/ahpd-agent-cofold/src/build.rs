@@ -179,6 +179,7 @@ impl AgentCore {
         workspace: &Path,
         credential: Option<String>,
         host_tool_names: &[String],
+        hooks: Option<Arc<dyn cofold_agents::hooks::Hooks>>,
     ) -> Result<TurnAgent, String> {
         if let Some(error) = &copapo.error {
             return Err(format!("{}: {error}", self.id));
@@ -273,6 +274,9 @@ impl AgentCore {
                 auto_compact_tokens: Some(point.max(1)),
                 ..PartialContext::default()
             });
+        if let Some(hooks) = hooks {
+            builder = builder.hooks(hooks);
+        }
         if !host_tool_names.iter().any(|n| n == "ask_user") {
             let ask = ask_user_tool(None, None).map_err(|e| e.message)?;
             builder = builder.tool(ask);

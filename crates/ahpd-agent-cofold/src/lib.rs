@@ -8,6 +8,7 @@ mod actions;
 pub mod agent;
 mod asks;
 pub mod build;
+mod edits;
 pub mod models;
 pub mod options;
 pub mod plugin;

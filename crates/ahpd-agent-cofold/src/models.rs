@@ -203,11 +203,14 @@ impl KeySource {
     }
 }
 
+/// (endpoint, key tag): what one transport and one catalogue answer are kept under.
+type EndpointKey = (String, String);
+
 /// Transports and catalogue answers shared by every agent and session of the process.
 #[derive(Default)]
 pub struct Shared {
-    providers: Mutex<HashMap<(String, String), Arc<OpenAiProvider>>>,
-    catalogue: Mutex<HashMap<(String, String), Arc<Vec<ModelInfo>>>>,
+    providers: Mutex<HashMap<EndpointKey, Arc<OpenAiProvider>>>,
+    catalogue: Mutex<HashMap<EndpointKey, Arc<Vec<ModelInfo>>>>,
 }
 
 impl Shared {

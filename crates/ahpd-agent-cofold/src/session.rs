@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::actions as act;
 use crate::asks;
 use crate::build::{AgentCore, TurnSettings};
+use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
 use crate::turns::TurnMapper;
 
@@ -133,7 +134,7 @@ impl Core {
         let steers = Arc::new(Mutex::new(VecDeque::new()));
         let prepared = self.prepare(&turn);
         let handle = match prepared {
-            Ok((handle, mut mapper)) => {
+            Ok((handle, mut mapper, edits)) => {
                 if let Some(counters) = carry {
                     mapper.continue_from(counters);
                 }
@@ -146,7 +147,7 @@ impl Core {
                 tokio::spawn(async move {
                     let (resumable, counters) = task_core
                         .clone()
-                        .follow(turn_id, task_handle, mapper, task_shown, task_steers)
+                        .follow(turn_id, task_handle, mapper, task_shown, task_steers, edits)
                         .await;
                     let _ = done_tx.send(true);
                     task_core.finished(Finished {
@@ -186,7 +187,10 @@ impl Core {
     }
 
     /// Builds the turn's agent and starts its run.
-    fn prepare(self: &Arc<Self>, turn: &TurnRequest) -> Result<(RunHandle, TurnMapper), String> {
+    fn prepare(
+        self: &Arc<Self>,
+        turn: &TurnRequest,
+    ) -> Result<(RunHandle, TurnMapper, Option<OpenEdits>), String> {
         let mut settings = lock(&self.settings).clone();
         for (k, v) in &turn.settings {
             settings.insert(k.clone(), v.clone());
@@ -209,12 +213,25 @@ impl Core {
             .credential(&resource)
             .map(|s| s.expose().to_owned());
         let host_tools: Vec<String> = Vec::new();
+        let edits = self
+            .agent
+            .embedder
+            .on_file_edit
+            .clone()
+            .map(|observer| OpenEdits::new(&turn.turn_id, observer));
+        let hooks = edits.clone().map(|edits| {
+            Arc::new(EditHooks {
+                edits,
+                workspace: self.workspace.clone(),
+            }) as Arc<dyn cofold_agents::hooks::Hooks>
+        });
         let built = self.agent.turn_agent(
             &values,
             &self.copapo,
             &self.workspace,
             credential,
             &host_tools,
+            hooks,
         )?;
         let mut options = RunOptions::new(self.backend_id.clone(), turn.message.text.clone());
         options.workspace = Some(self.workspace.to_string_lossy().into_owned());
@@ -226,7 +243,7 @@ impl Core {
             built.memory_dir.clone(),
             options.model.clone(),
         );
-        Ok((run(&built.agent, options), mapper))
+        Ok((run(&built.agent, options), mapper, edits))
     }
 
     /// Follows one run's events to its end, emitting while the turn is shown.
@@ -237,6 +254,7 @@ impl Core {
         mut mapper: TurnMapper,
         shown: Arc<AtomicBool>,
         steers: Arc<Mutex<VecDeque<String>>>,
+        edits: Option<OpenEdits>,
     ) -> (bool, (u32, u32)) {
         let mut failed = false;
         let mut events = Box::pin(handle.events());
@@ -275,7 +293,7 @@ impl Core {
                         edits: None,
                     };
                     let _ = input;
-                    self.spawn_approval(handle.clone(), request_id.clone(), request);
+                    self.spawn_approval(handle.clone(), request_id.clone(), request, edits.clone());
                 }
                 EventBody::InputRequested {
                     request_id,
@@ -325,6 +343,14 @@ impl Core {
             }
             if let EventBody::RunFinished { outcome } = &event.body {
                 failed = outcome.status() == cofold_agents::store::RunStatus::Failed;
+                if outcome.status() != cofold_agents::store::RunStatus::Awaiting
+                    && let Some(edits) = &edits
+                {
+                    edits.settle_all();
+                }
+            }
+            if let (EventBody::ToolDenied { call_id, .. }, Some(edits)) = (&event.body, &edits) {
+                edits.after(call_id);
             }
             let actions = mapper.map(&event);
             if shown.load(Ordering::SeqCst) {
@@ -362,8 +388,15 @@ impl Core {
         }
     }
 
-    fn spawn_approval(&self, handle: RunHandle, request_id: String, request: ApprovalRequest) {
+    fn spawn_approval(
+        &self,
+        handle: RunHandle,
+        request_id: String,
+        request: ApprovalRequest,
+        edits: Option<OpenEdits>,
+    ) {
         let ctx = self.ctx.clone();
+        let call_id = request.tool_call_id.clone();
         tokio::spawn(async move {
             let command = match ctx.ask_approval(request).await {
                 ApprovalOutcome::Approved { edited_input, .. } => Command::Approve {
@@ -371,10 +404,15 @@ impl Core {
                     input: edited_input.and_then(|text| serde_json::from_str(&text).ok()),
                     always_approve: None,
                 },
-                ApprovalOutcome::Denied { .. } => Command::Deny {
-                    request_id,
-                    reason: Some(DECLINED.to_owned()),
-                },
+                ApprovalOutcome::Denied { .. } => {
+                    if let Some(edits) = &edits {
+                        edits.after(&call_id);
+                    }
+                    Command::Deny {
+                        request_id,
+                        reason: Some(DECLINED.to_owned()),
+                    }
+                }
                 // A stop or close: the run's cancel answers the request itself.
                 ApprovalOutcome::Cancelled => return,
             };
@@ -408,7 +446,11 @@ impl Core {
             let messages = store.list_messages(&self.backend_id, None).await?;
             let at = messages.iter().position(|m| m.id == finished.turn.turn_id);
             match at {
-                Some(0) | None if messages.first().is_none_or(|m| m.id == finished.turn.turn_id) => {
+                Some(0) | None
+                    if messages
+                        .first()
+                        .is_none_or(|m| m.id == finished.turn.turn_id) =>
+                {
                     match store.delete_session(&self.backend_id).await {
                         Err(e) if e.code != cofold_agents::error::ErrorCode::NotFound => Err(e),
                         _ => Ok(()),
@@ -434,8 +476,12 @@ impl Core {
                 .push_front((finished.turn, shown, Some(finished.counters))),
             Err(e) => {
                 if shown.load(Ordering::SeqCst) {
-                    self.ctx
-                        .emit(act::turn_error(&finished.turn.turn_id, 0, &e.message, false));
+                    self.ctx.emit(act::turn_error(
+                        &finished.turn.turn_id,
+                        0,
+                        &e.message,
+                        false,
+                    ));
                 }
             }
         }

@@ -107,7 +107,10 @@ async fn a_turn_reads_edits_searches_and_runs_a_command() {
     // A second turn carries the first exchange in its request.
     ep.push_reply(text("second answer"));
     w.send("t2", "and again").await;
-    assert!(matches!(w.end("t2").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let bodies = ep.chat_bodies();
     assert!(request_text(&bodies[5]).contains("Fix the greeting"));
     assert!(request_text(&bodies[5]).contains("all done"));

@@ -1,4 +1,5 @@
 mod conversation;
 mod options;
 mod support;
+mod tools;
 mod turns;

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use ahp_types::common::JsonObject;
-use ahpd_agent_cofold::{cofold_agent, plugin, options_schema};
+use ahpd_agent_cofold::{cofold_agent, options_schema, plugin};
 use ahpd_sdk::Agent;
-use ahpd_sdk::plugin::{AgentRecord, Engine, Plugin, Readiness, Registrar, SecretReader};
 use ahpd_sdk::agent::Secret;
+use ahpd_sdk::plugin::{AgentRecord, Engine, Plugin, Readiness, Registrar, SecretReader};
 use serde_json::{Value, json};
 
 use super::support::*;
@@ -20,8 +20,11 @@ fn refusals(schema: &Value, options: Value) -> Vec<String> {
     validator
         .iter_errors(&options)
         .map(|e| {
-            let mut path: Vec<String> =
-                e.instance_path().segments().map(|s| s.to_string()).collect();
+            let mut path: Vec<String> = e
+                .instance_path()
+                .segments()
+                .map(|s| s.to_string())
+                .collect();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
                 e.kind()
             {
@@ -51,9 +54,18 @@ fn the_default_agent_describes_itself() {
     keys.sort();
     assert_eq!(
         keys,
-        ["baseUrl", "effortLevel", "instructions", "model", "permissionMode"]
+        [
+            "baseUrl",
+            "effortLevel",
+            "instructions",
+            "model",
+            "permissionMode"
+        ]
     );
-    assert_eq!(schema.properties["permissionMode"].default, Some(json!("auto")));
+    assert_eq!(
+        schema.properties["permissionMode"].default,
+        Some(json!("auto"))
+    );
     assert_eq!(schema.properties["effortLevel"].default, Some(json!("off")));
     assert_eq!(schema.properties["permissionMode"].title, "Approvals");
 }
@@ -91,10 +103,9 @@ fn defaults_are_only_what_is_configured() {
         place.embedder(),
     );
     let d = a.config_defaults(None);
-    let expected: JsonObject = serde_json::from_value(
-        json!({ "model": "m", "baseUrl": "http://127.0.0.1:9/v1" }),
-    )
-    .unwrap();
+    let expected: JsonObject =
+        serde_json::from_value(json!({ "model": "m", "baseUrl": "http://127.0.0.1:9/v1" }))
+            .unwrap();
     assert_eq!(d, expected);
     let schema = a.config_schema(None);
     assert!(d.keys().all(|k| schema.properties.contains_key(k)));
@@ -172,16 +183,25 @@ fn a_wrong_type_is_refused_at_its_own_key() {
 
 #[test]
 fn tools_are_read_strictly_unless_told_otherwise() {
-    assert_eq!(refused_at(json!({ "tools": { "files": "no" } })), ["tools.files"]);
+    assert_eq!(
+        refused_at(json!({ "tools": { "files": "no" } })),
+        ["tools.files"]
+    );
     // The refusal lands on the `files` key (the schema's `anyOf` of boolean and object).
     let at = refused_at(json!({ "tools": { "files": { "requireRead": "no" } } }));
-    assert!(!at.is_empty() && at.iter().all(|p| p.starts_with("tools.files")), "{at:?}");
+    assert!(
+        !at.is_empty() && at.iter().all(|p| p.starts_with("tools.files")),
+        "{at:?}"
+    );
     assert!(refused_at(json!({ "tools": { "files": { "requireRead": false } } })).is_empty());
     assert!(
         refused_at(json!({ "strictTools": false, "tools": { "files": { "requireRead": false } } }))
             .is_empty()
     );
-    assert_eq!(refused_at(json!({ "tools": { "filse": true } })), ["tools.filse"]);
+    assert_eq!(
+        refused_at(json!({ "tools": { "filse": true } })),
+        ["tools.filse"]
+    );
     assert!(refused_at(json!({ "strictTools": false, "tools": { "filse": true } })).is_empty());
     assert!(refused_at(json!({ "tools": { "shell": false } })).is_empty());
 }
@@ -190,16 +210,28 @@ fn tools_are_read_strictly_unless_told_otherwise() {
 fn bounds_and_urls_are_checked() {
     assert!(refused_at(json!({ "computerConfigDir": "/srv/cofold-home" })).is_empty());
     assert!(refused_at(json!({ "computerConfigDir": false })).is_empty());
-    assert_eq!(refused_at(json!({ "computerConfigDir": true })), ["computerConfigDir"]);
+    assert_eq!(
+        refused_at(json!({ "computerConfigDir": true })),
+        ["computerConfigDir"]
+    );
     assert_eq!(
         refused_at(json!({ "computerConfigDir": "relative/dir" })),
         ["computerConfigDir"]
     );
-    assert_eq!(refused_at(json!({ "autoCompactTokens": 0 })), ["autoCompactTokens"]);
+    assert_eq!(
+        refused_at(json!({ "autoCompactTokens": 0 })),
+        ["autoCompactTokens"]
+    );
     assert!(refused_at(json!({ "autoCompactTokens": 4000 })).is_empty());
     assert_eq!(refused_at(json!({ "autoCompactAt": 0 })), ["autoCompactAt"]);
-    assert_eq!(refused_at(json!({ "autoCompactAt": 1.5 })), ["autoCompactAt"]);
-    assert_eq!(refused_at(json!({ "catalogueTimeoutMs": 0 })), ["catalogueTimeoutMs"]);
+    assert_eq!(
+        refused_at(json!({ "autoCompactAt": 1.5 })),
+        ["autoCompactAt"]
+    );
+    assert_eq!(
+        refused_at(json!({ "catalogueTimeoutMs": 0 })),
+        ["catalogueTimeoutMs"]
+    );
     assert_eq!(refused_at(json!({ "baseUrl": "ftp://x" })), ["baseUrl"]);
     assert_eq!(refused_at(json!({ "baseUrl": "not a url" })), ["baseUrl"]);
     for key in ["adapter", "policy", "provider"] {
@@ -220,7 +252,9 @@ fn session_values_are_checked_with_one_sentence() {
     };
     assert_eq!(
         check(json!({ "permissionMode": "sometimes" })).as_deref(),
-        Some("cofold: permissionMode takes one of default, acceptEdits, plan, auto, bypassPermissions, dontAsk")
+        Some(
+            "cofold: permissionMode takes one of default, acceptEdits, plan, auto, bypassPermissions, dontAsk"
+        )
     );
     assert_eq!(
         check(json!({ "colour": "x" })).as_deref(),
@@ -234,7 +268,10 @@ fn session_values_are_checked_with_one_sentence() {
         check(json!({ "effortLevel": "extreme" })).as_deref(),
         Some("cofold: effortLevel takes one of off, low, medium, high")
     );
-    assert_eq!(check(json!({ "permissionMode": "plan", "model": "m" })), None);
+    assert_eq!(
+        check(json!({ "permissionMode": "plan", "model": "m" })),
+        None
+    );
 }
 
 struct Engines(Vec<Arc<dyn Engine>>);
@@ -268,7 +305,10 @@ async fn engine() -> Arc<dyn Engine> {
 async fn the_engine_serves_records() {
     let e = engine().await;
     assert_eq!(e.name(), "cofold");
-    assert_eq!(e.host_only_fields(), ["computerConfigDir", "store", "memory"]);
+    assert_eq!(
+        e.host_only_fields(),
+        ["computerConfigDir", "store", "memory"]
+    );
     assert!(e.template().is_empty());
     let schema = e.record_schema();
     let props = schema["properties"].as_object().unwrap();
@@ -281,15 +321,24 @@ async fn the_engine_serves_records() {
     assert!(!props.contains_key("model"));
     assert!(!props.contains_key("strictTools"));
     assert!(
-        !refusals(&schema, json!({ "tools": { "web": { "search": { "brave": { "apiKey": "k" } } } } }))
-            .is_empty()
+        !refusals(
+            &schema,
+            json!({ "tools": { "web": { "search": { "brave": { "apiKey": "k" } } } } })
+        )
+        .is_empty()
     );
     assert!(
-        refusals(&schema, json!({ "tools": { "web": { "search": { "duckduckgo": true } } } }))
-            .is_empty()
+        refusals(
+            &schema,
+            json!({ "tools": { "web": { "search": { "duckduckgo": true } } } })
+        )
+        .is_empty()
     );
     let host_only: JsonObject = serde_json::from_value(json!({ "store": "/x" })).unwrap();
-    assert!(e.check_record("team:a", &host_only).is_err_and(|m| m.contains("config.store")));
+    assert!(
+        e.check_record("team:a", &host_only)
+            .is_err_and(|m| m.contains("config.store"))
+    );
     assert!(e.check_record("host", &host_only).is_ok());
 }
 
@@ -318,26 +367,43 @@ async fn a_record_runs_on_its_own_endpoint_and_key() {
         .unwrap(),
     };
     let plugin_options = json!({ "instructions": "A" });
-    let agent = e.agent(&record, &plugin_options, Arc::new(Vault)).expect("an agent");
+    let agent = e
+        .agent(&record, &plugin_options, Arc::new(Vault))
+        .expect("an agent");
     let d = agent.descriptor();
     assert_eq!(d.provider, "cofold-deepseek");
     assert_eq!(d.display_name, "Cofold on DeepSeek");
     let th = host(vec![agent]).await;
-    let mut w = Watch::create(&th, "cofold-deepseek", &fresh_id("rec"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold-deepseek",
+        &fresh_id("rec"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "hi").await;
     w.end("t1").await;
     let requests = ep.chat_requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].json["model"], "deepseek-chat");
     assert_eq!(requests[0].header("authorization"), Some("Bearer sk-vault"));
-    let system = requests[0].json["messages"][0]["content"].as_str().unwrap().to_owned();
+    let system = requests[0].json["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(system.starts_with("B\n"), "{system}");
     w.assert_mirror(&th).await;
 
     // A record naming a secret the vault lacks is refused with the vault's sentence.
     let mut missing = record.clone();
-    missing.config.insert("apiKey".into(), json!({ "$secret": "host:missing" }));
-    let err = e.agent(&missing, &plugin_options, Arc::new(Vault)).err().unwrap();
+    missing
+        .config
+        .insert("apiKey".into(), json!({ "$secret": "host:missing" }));
+    let err = e
+        .agent(&missing, &plugin_options, Arc::new(Vault))
+        .err()
+        .unwrap();
     assert_eq!(err, "the vault holds no host:missing");
 }
 
@@ -350,8 +416,12 @@ async fn the_plugin_options_reach_the_default_record() {
     let place = Place::new();
     let ep = endpoint(vec![text("answered by the plugin")]);
     let mut r = Engines(Vec::new());
-    let options = json!({ "baseUrl": ep.base_url(), "model": "m", "memory": true, "instructions": "A" });
-    plugin_with(&place).apply(options.clone(), &mut r).await.expect("applies");
+    let options =
+        json!({ "baseUrl": ep.base_url(), "model": "m", "memory": true, "instructions": "A" });
+    plugin_with(&place)
+        .apply(options.clone(), &mut r)
+        .await
+        .expect("applies");
     let e = r.0.remove(0);
     let record = AgentRecord {
         id: "cofold".into(),
@@ -363,9 +433,18 @@ async fn the_plugin_options_reach_the_default_record() {
         model: None,
         config: JsonObject::new(),
     };
-    let agent = e.agent(&record, &options, Arc::new(Vault)).expect("an agent");
+    let agent = e
+        .agent(&record, &options, Arc::new(Vault))
+        .expect("an agent");
     let th = host(vec![agent]).await;
-    let mut w = Watch::create(&th, "cofold", &fresh_id("plug"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("plug"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "hi").await;
     w.end("t1").await;
     w.assert_mirror(&th).await;
@@ -379,6 +458,9 @@ async fn the_plugin_options_reach_the_default_record() {
         })
         .collect();
     assert_eq!(text, "answered by the plugin");
-    let system = ep.chat_bodies()[0]["messages"][0]["content"].as_str().unwrap().to_owned();
+    let system = ep.chat_bodies()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(system.starts_with("A\n"), "{system}");
 }

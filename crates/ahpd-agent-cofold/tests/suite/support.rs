@@ -28,7 +28,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A temporary home, configuration folder and workspace, never the developer's own.
 pub struct Place {
-    pub root: tempfile::TempDir,
+    pub _root: tempfile::TempDir,
     pub home: PathBuf,
     pub xdg: PathBuf,
     pub work: PathBuf,
@@ -45,7 +45,7 @@ impl Place {
             std::fs::create_dir_all(d).expect("folder");
         }
         Place {
-            root,
+            _root: root,
             home,
             xdg,
             work,
@@ -59,10 +59,7 @@ impl Place {
     pub fn env_with(&self, extra: &[(&str, &str)]) -> Environment {
         let mut vars = HashMap::new();
         vars.insert("HOME".to_owned(), self.home.display().to_string());
-        vars.insert(
-            "XDG_CONFIG_HOME".to_owned(),
-            self.xdg.display().to_string(),
-        );
+        vars.insert("XDG_CONFIG_HOME".to_owned(), self.xdg.display().to_string());
         vars.insert("PATH".to_owned(), std::env::var("PATH").unwrap_or_default());
         for (k, v) in extra {
             vars.insert((*k).to_owned(), (*v).to_owned());
@@ -164,10 +161,6 @@ pub fn message(text: &str) -> Message {
         agent: None,
         meta: None,
     }
-}
-
-pub fn turn_started(turn: &str, text: &str) -> StateAction {
-    turn_started_with(turn, message(text))
 }
 
 pub fn turn_started_with(turn: &str, message: Message) -> StateAction {
@@ -310,7 +303,11 @@ impl Watch {
             let snap = th.host.snapshot(&uri).await.expect("a snapshot");
             match &snap.state {
                 SnapshotState::Session(s) => {
-                    assert_eq!(self.mirror.sessions.get(&uri), Some(&**s), "session differs")
+                    assert_eq!(
+                        self.mirror.sessions.get(&uri),
+                        Some(&**s),
+                        "session differs"
+                    )
                 }
                 SnapshotState::Chat(c) => {
                     assert_eq!(self.mirror.chats.get(&uri), Some(&**c), "chat differs")
@@ -357,7 +354,12 @@ impl Watch {
 pub fn call(id: &str, name: &str, input: Value) -> Reply {
     Reply::stream(vec![
         Frame::Chunk(chunk::role()),
-        Frame::Chunk(chunk::tool_call(0, Some(id), Some(name), &input.to_string())),
+        Frame::Chunk(chunk::tool_call(
+            0,
+            Some(id),
+            Some(name),
+            &input.to_string(),
+        )),
         Frame::Chunk(chunk::finish("tool_calls")),
         Frame::Chunk(chunk::usage(10, 5)),
     ])

@@ -25,9 +25,17 @@ fn confirm(turn: &str, call: &str, approved: bool) -> StateAction {
 async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_model() {
     let place = Place::new();
     let ep = endpoint(vec![
-        call("c1", "write_file", json!({ "path": "a.txt", "content": "new" })),
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "new" }),
+        ),
         text("written"),
-        call("c2", "write_file", json!({ "path": "b.txt", "content": "no" })),
+        call(
+            "c2",
+            "write_file",
+            json!({ "path": "b.txt", "content": "no" }),
+        ),
         text("fine"),
     ]);
     let agent = agent(
@@ -56,7 +64,10 @@ async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_mode
         _ => unreachable!(),
     }
     w.assert_mirror(&th).await;
-    assert!(!place.work.join("a.txt").exists(), "nothing written before the answer");
+    assert!(
+        !place.work.join("a.txt").exists(),
+        "nothing written before the answer"
+    );
     match w.last_calls().first() {
         Some(ToolCallState::PendingConfirmation(p)) => {
             assert_eq!(
@@ -65,7 +76,9 @@ async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_mode
             );
             assert_eq!(
                 p.confirmation_title,
-                Some(ahp_types::common::StringOrMarkdown::Plain("Run write_file?".into()))
+                Some(ahp_types::common::StringOrMarkdown::Plain(
+                    "Run write_file?".into()
+                ))
             );
         }
         other => panic!("expected a pending confirmation, got {other:?}"),
@@ -74,8 +87,14 @@ async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_mode
         .dispatch(w.chat.clone(), confirm("t1", "c1", true))
         .await
         .unwrap();
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
-    assert_eq!(std::fs::read_to_string(place.work.join("a.txt")).unwrap(), "new");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    assert_eq!(
+        std::fs::read_to_string(place.work.join("a.txt")).unwrap(),
+        "new"
+    );
     w.assert_mirror(&th).await;
     match w.last_calls().first() {
         Some(ToolCallState::Completed(c)) => {
@@ -94,12 +113,16 @@ async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_mode
 
     // A refusal: nothing written, the model reads the decline.
     w.send("t2", "another").await;
-    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_))).await;
+    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+        .await;
     w.client
         .dispatch(w.chat.clone(), confirm("t2", "c2", false))
         .await
         .unwrap();
-    assert!(matches!(w.end("t2").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     assert!(!place.work.join("b.txt").exists());
     let bodies = ep.chat_bodies();
     assert_eq!(bodies.len(), 4);
@@ -139,7 +162,10 @@ async fn a_stop_while_text_streams_ends_the_turn_once() {
     )
     .unwrap();
     w.client.dispatch(w.chat.clone(), cancel).await.unwrap();
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnCancelled(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnCancelled(_)
+    ));
     // The run lets go of its request once it is cancelled.
     ep.wait_for_closed_connections(1).await;
     gate.open();
@@ -175,7 +201,14 @@ async fn a_steering_message_reaches_the_next_step_of_the_running_turn() {
         place.embedder(),
     );
     let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(&th, "cofold", &fresh_id("steer"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("steer"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "read a.txt").await;
     gate.reached().await;
     let steer: StateAction = serde_json::from_value(json!({
@@ -184,11 +217,15 @@ async fn a_steering_message_reaches_the_next_step_of_the_running_turn() {
     }))
     .unwrap();
     w.client.dispatch(w.chat.clone(), steer).await.unwrap();
-    w.until(|a| matches!(a, StateAction::ChatPendingMessageSet(_))).await;
+    w.until(|a| matches!(a, StateAction::ChatPendingMessageSet(_)))
+        .await;
     gate.open();
     w.until(|a| matches!(a, StateAction::ChatPendingMessageRemoved(r) if r.id == "s1"))
         .await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let bodies = ep.chat_bodies();
     assert_eq!(bodies.len(), 2, "one turn, two steps");
     assert!(!request_text(&bodies[0]).contains("second line"));
@@ -207,7 +244,14 @@ async fn a_failing_endpoint_fails_the_turn_with_a_resumable_error() {
         place.embedder(),
     );
     let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(&th, "cofold", &fresh_id("fail"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("fail"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "hello").await;
     match w.end("t1").await {
         StateAction::ChatError(e) => {
@@ -218,15 +262,22 @@ async fn a_failing_endpoint_fails_the_turn_with_a_resumable_error() {
         other => panic!("expected chat/error, got {other:?}"),
     }
     w.assert_mirror(&th).await;
-    assert_eq!(w.chat_state().status & SessionStatus::Error.0, SessionStatus::Error.0);
+    assert_eq!(
+        w.chat_state().status & SessionStatus::Error.0,
+        SessionStatus::Error.0
+    );
 
     // Resumed: the same turn id runs again with its prompt once.
     ep.push_reply(text("recovered"));
     let resume: StateAction =
         serde_json::from_value(json!({ "type": "chat/turnResume", "turnId": "t1" })).unwrap();
     w.client.dispatch(w.chat.clone(), resume).await.unwrap();
-    w.until(|a| matches!(a, StateAction::ChatTurnResume(_))).await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    w.until(|a| matches!(a, StateAction::ChatTurnResume(_)))
+        .await;
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let last = ep.chat_bodies().last().cloned().unwrap();
     assert_eq!(request_text(&last).matches("hello").count(), 1);
     w.assert_mirror(&th).await;
@@ -239,7 +290,14 @@ async fn a_turn_with_no_model_fails_with_the_sentence() {
     place.copapo(json!({}));
     let agent = agent(json!({ "memory": true }), place.embedder());
     let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(&th, "cofold", &fresh_id("nomodel"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("nomodel"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "hello").await;
     match w.end("t1").await {
         StateAction::ChatError(e) => {
