@@ -5,3 +5,4 @@ mod layout;
 mod locking;
 mod logs;
 mod support;
+mod with_runs;
