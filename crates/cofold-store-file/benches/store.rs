@@ -42,7 +42,10 @@ fn millis(duration: Duration) -> f64 {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
 }
 
 fn open(root: &Path) -> FileStore {
@@ -91,7 +94,11 @@ fn message(index: usize, size: usize) -> Message {
 }
 
 async fn new_session(store: &FileStore, id: &str, workspace: Option<String>) {
-    let new = NewSession { session_id: id.into(), agent_id: "bench".into(), workspace };
+    let new = NewSession {
+        session_id: id.into(),
+        agent_id: "bench".into(),
+        workspace,
+    };
     store.create_session(new).await.expect("create_session");
 }
 
@@ -116,14 +123,23 @@ fn p1_append(rt: &tokio::runtime::Runtime, root: &Path) {
         let folder = rt.block_on(async {
             let store = open(root);
             new_session(&store, &session_id, None).await;
-            store.create_run(run_record(&session_id, "r1")).await.expect("create_run");
-            store.session_dir(&session_id).await.expect("look up").expect("exists").join("runs/r1")
+            store
+                .create_run(run_record(&session_id, "r1"))
+                .await
+                .expect("create_run");
+            store
+                .session_dir(&session_id)
+                .await
+                .expect("look up")
+                .expect("exists")
+                .join("runs/r1")
         });
         fill_events(&folder, &run, size);
         let store = open(root);
         let mut next = size + 1;
         // The first append reads the log once to learn the last seq; it is not what P1 measures.
-        rt.block_on(store.append_event(&delta(&run, next))).expect("warm-up append");
+        rt.block_on(store.append_event(&delta(&run, next)))
+            .expect("warm-up append");
         next += 1;
         let mut samples = Vec::with_capacity(2000);
         for _ in 0..2000 {
@@ -175,7 +191,14 @@ fn p2_list(rt: &tokio::runtime::Runtime, root: &Path) {
             };
             let id = format!("session-{index:04}");
             new_session(&store, &id, workspace).await;
-            files.push(store.session_dir(&id).await.expect("look up").expect("exists").join("session.json"));
+            files.push(
+                store
+                    .session_dir(&id)
+                    .await
+                    .expect("look up")
+                    .expect("exists")
+                    .join("session.json"),
+            );
         }
         files
     });
@@ -183,7 +206,9 @@ fn p2_list(rt: &tokio::runtime::Runtime, root: &Path) {
     for _ in 0..20 {
         let started = Instant::now();
         let store = open(root);
-        let listed = rt.block_on(store.list_sessions(SessionQuery::default())).expect("list");
+        let listed = rt
+            .block_on(store.list_sessions(SessionQuery::default()))
+            .expect("list");
         samples.push(started.elapsed());
         assert_eq!(listed.len(), 1000);
     }
@@ -215,16 +240,26 @@ fn p3_messages(rt: &tokio::runtime::Runtime, root: &Path) {
         assert!(store.claim_writer("long", "r1").await.expect("claim"));
         for batch in 0..100 {
             let messages: Vec<Message> = (0..100).map(|i| message(batch * 100 + i, 500)).collect();
-            store.append_messages("long", "r1", &messages).await.expect("append");
+            store
+                .append_messages("long", "r1", &messages)
+                .await
+                .expect("append");
         }
-        store.session_dir("long").await.expect("look up").expect("exists").join("messages.jsonl")
+        store
+            .session_dir("long")
+            .await
+            .expect("look up")
+            .expect("exists")
+            .join("messages.jsonl")
     });
     let size = fs::metadata(&path).expect("stat").len();
     let store = open(root);
     let mut samples = Vec::new();
     for _ in 0..20 {
         let started = Instant::now();
-        let messages = rt.block_on(store.list_messages("long", None)).expect("list");
+        let messages = rt
+            .block_on(store.list_messages("long", None))
+            .expect("list");
         samples.push(started.elapsed());
         assert_eq!(messages.len(), 10_000);
     }
@@ -233,7 +268,10 @@ fn p3_messages(rt: &tokio::runtime::Runtime, root: &Path) {
     for _ in 0..20 {
         let started = Instant::now();
         let bytes = fs::read(&path).expect("read");
-        let lines = bytes.split(|byte| *byte == b'\n').filter(|line| !line.is_empty()).count();
+        let lines = bytes
+            .split(|byte| *byte == b'\n')
+            .filter(|line| !line.is_empty())
+            .count();
         samples.push(started.elapsed());
         assert_eq!(lines, 10_000);
     }
@@ -266,13 +304,21 @@ fn huge_resume(rt: &tokio::runtime::Runtime, root: &Path) {
     let folder = rt.block_on(async {
         let store = open(root);
         new_session(&store, "huge", Some("/home/bench/huge".into())).await;
-        store.create_run(run_record("huge", "r1")).await.expect("create_run");
-        store.session_dir("huge").await.expect("look up").expect("exists")
+        store
+            .create_run(run_record("huge", "r1"))
+            .await
+            .expect("create_run");
+        store
+            .session_dir("huge")
+            .await
+            .expect("look up")
+            .expect("exists")
     });
     let started = Instant::now();
     let mut events = 0u64;
     {
-        let mut out = BufWriter::new(fs::File::create(folder.join("runs/r1/events.jsonl")).expect("create"));
+        let mut out =
+            BufWriter::new(fs::File::create(folder.join("runs/r1/events.jsonl")).expect("create"));
         let mut written = 0u64;
         while written < GIB {
             events += 1;
@@ -285,7 +331,8 @@ fn huge_resume(rt: &tokio::runtime::Runtime, root: &Path) {
     }
     let mut messages = 0usize;
     {
-        let mut out = BufWriter::new(fs::File::create(folder.join("messages.jsonl")).expect("create"));
+        let mut out =
+            BufWriter::new(fs::File::create(folder.join("messages.jsonl")).expect("create"));
         let mut written = 0u64;
         let template = message(0, 2000);
         while written < GIB {
@@ -299,20 +346,39 @@ fn huge_resume(rt: &tokio::runtime::Runtime, root: &Path) {
         }
         out.flush().expect("flush");
     }
-    println!("  wrote {events} events and {messages} messages (1 GiB each) in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "  wrote {events} events and {messages} messages (1 GiB each) in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     // Start the peak count from here: what generating the files used is not the resume's.
     let reset = fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = status_kb("VmRSS:");
     let started = Instant::now();
     let (replayed, window_bytes) = rt.block_on(async {
         let store = open(root);
-        let record = store.get_run(&run).await.expect("get_run").expect("the run");
+        let record = store
+            .get_run(&run)
+            .await
+            .expect("get_run")
+            .expect("the run");
         assert_eq!(record.status, RunStatus::Running);
-        let tail = store.list_events(&run, Some(events - 10)).await.expect("replay the tail");
-        store.append_event(&delta(&run, events + 1)).await.expect("append after the log");
-        let window = store.list_messages("huge", Some(WINDOW)).await.expect("the window");
+        let tail = store
+            .list_events(&run, Some(events - 10))
+            .await
+            .expect("replay the tail");
+        store
+            .append_event(&delta(&run, events + 1))
+            .await
+            .expect("append after the log");
+        let window = store
+            .list_messages("huge", Some(WINDOW))
+            .await
+            .expect("the window");
         assert_eq!(window.len(), WINDOW);
-        let bytes: usize = window.iter().map(|m| serde_json::to_vec(m).map_or(0, |v| v.len())).sum();
+        let bytes: usize = window
+            .iter()
+            .map(|m| serde_json::to_vec(m).map_or(0, |v| v.len()))
+            .sum();
         (tail.len(), bytes)
     });
     let elapsed = started.elapsed();
@@ -327,7 +393,11 @@ fn huge_resume(rt: &tokio::runtime::Runtime, root: &Path) {
         "  resident memory: {} kB before, peak {} kB{} → growth {} kB; budget 64 MB + window = {} kB ({:.2}× budget)",
         before,
         peak,
-        if reset { "" } else { " (peak since start: clear_refs unavailable)" },
+        if reset {
+            ""
+        } else {
+            " (peak since start: clear_refs unavailable)"
+        },
         peak.saturating_sub(before),
         budget_kb,
         peak as f64 / budget_kb as f64
@@ -341,7 +411,9 @@ fn main() {
     if std::env::var_os("COFOLD_BENCH_HUGE").is_some() {
         huge_resume(&rt, &dir.path().join("huge"));
     } else {
-        println!("Resume of a 1 GB log: skipped (set COFOLD_BENCH_HUGE=1; writes 2 GiB to the temp folder)");
+        println!(
+            "Resume of a 1 GB log: skipped (set COFOLD_BENCH_HUGE=1; writes 2 GiB to the temp folder)"
+        );
     }
     p1_append(&rt, &dir.path().join("append"));
     p2_list(&rt, &dir.path().join("list"));
