@@ -354,7 +354,15 @@ impl Actor {
         match changed(&mut slot.state, action, apply_action_to_chat) {
             Ok(true) => {
                 self.inner.hub.publish(chat, action, origin);
-                self.sync_chat_summary(chat);
+                // Streaming text never changes a chat's title, status or activity.
+                if !matches!(
+                    action,
+                    StateAction::ChatDelta(_)
+                        | StateAction::ChatReasoning(_)
+                        | StateAction::ChatToolCallDelta(_)
+                ) {
+                    self.sync_chat_summary(chat);
+                }
                 true
             }
             Ok(false) => false,

@@ -152,7 +152,7 @@ async fn write_loop(
                 }
                 Some(f) => {
                     tokio::select! {
-                        r = tokio::time::timeout(timeout, writer.send(&f)) => match r {
+                        r = tokio::time::timeout(timeout, write_batch(writer.as_mut(), f, &mut rx)) => match r {
                             Ok(Ok(())) => {}
                             Ok(Err(_)) => {
                                 kill.kill(1006, "connection lost");
@@ -166,6 +166,24 @@ async fn write_loop(
             }
         }
     }
+}
+
+/// Write one frame and whatever else is already queued (up to a bound), then flush once, so
+/// a burst costs one flush instead of one per frame.
+async fn write_batch(
+    writer: &mut dyn PeerWriter,
+    first: Frame,
+    rx: &mut mpsc::Receiver<Frame>,
+) -> Result<(), crate::peer::PeerError> {
+    const BATCH: usize = 64;
+    writer.feed(&first).await?;
+    for _ in 1..BATCH {
+        match rx.try_recv() {
+            Ok(f) => writer.feed(&f).await?,
+            Err(_) => break,
+        }
+    }
+    writer.flush().await
 }
 
 impl Conn {

@@ -29,6 +29,15 @@ pub trait PeerReader: Send + 'static {
 pub trait PeerWriter: Send + 'static {
     /// Write one frame.
     async fn send(&mut self, frame: &str) -> Result<(), PeerError>;
+    /// Queue one frame without flushing; [`PeerWriter::flush`] pushes queued frames out.
+    /// Transports that cannot batch write at once (the default).
+    async fn feed(&mut self, frame: &str) -> Result<(), PeerError> {
+        self.send(frame).await
+    }
+    /// Push out frames queued by [`PeerWriter::feed`].
+    async fn flush(&mut self) -> Result<(), PeerError> {
+        Ok(())
+    }
     /// Close with a code (WebSocket close codes) and a short reason.
     async fn close(&mut self, code: u16, reason: &str);
     /// Whether an oversized inbound frame should end the connection (`1009`) rather than be

@@ -273,6 +273,20 @@ impl PeerWriter for WsWriter {
             .map_err(|e| PeerError(e.to_string()))
     }
 
+    async fn feed(&mut self, frame: &str) -> Result<(), PeerError> {
+        self.sink
+            .feed(Message::Text(frame.into()))
+            .await
+            .map_err(|e| PeerError(e.to_string()))
+    }
+
+    async fn flush(&mut self) -> Result<(), PeerError> {
+        self.sink
+            .flush()
+            .await
+            .map_err(|e| PeerError(e.to_string()))
+    }
+
     async fn close(&mut self, code: u16, reason: &str) {
         let _ = self
             .sink
