@@ -10,8 +10,9 @@ use ahp_types::actions::{
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     ErrorInfo, ErrorResponsePart, MarkdownResponsePart, PendingMessageKind, ReasoningResponsePart,
-    ResponsePart, SystemNotificationResponsePart, ToolCallConfirmationReason, ToolCallResult,
-    ToolInput, ToolResultContent, ToolResultTextContent, UsageInfo,
+    ResponsePart, SystemNotificationResponsePart, ToolCallClientContributor,
+    ToolCallConfirmationReason, ToolCallContributor, ToolCallResult, ToolInput, ToolResultContent,
+    ToolResultTextContent, UsageInfo,
 };
 use serde_json::Value;
 
@@ -80,6 +81,7 @@ pub(crate) fn tool_start(
     name: &str,
     intention: Option<String>,
     meta: Option<JsonObject>,
+    client: Option<&str>,
 ) -> StateAction {
     StateAction::ChatToolCallStart(ChatToolCallStartAction {
         turn_id: turn_id.to_owned(),
@@ -88,7 +90,11 @@ pub(crate) fn tool_start(
         tool_name: name.to_owned(),
         display_name: name.to_owned(),
         intention,
-        contributor: None,
+        contributor: client.map(|id| {
+            ToolCallContributor::Client(ToolCallClientContributor {
+                client_id: id.to_owned(),
+            })
+        }),
     })
 }
 

@@ -180,6 +180,7 @@ impl AgentCore {
         credential: Option<String>,
         host_tool_names: &[String],
         hooks: Option<Arc<dyn cofold_agents::hooks::Hooks>>,
+        extra_tools: Vec<cofold_agents::tool::Tool>,
     ) -> Result<TurnAgent, String> {
         if let Some(error) = &copapo.error {
             return Err(format!("{}: {error}", self.id));
@@ -276,6 +277,9 @@ impl AgentCore {
             });
         if let Some(hooks) = hooks {
             builder = builder.hooks(hooks);
+        }
+        for tool in extra_tools {
+            builder = builder.tool(tool);
         }
         if !host_tool_names.iter().any(|n| n == "ask_user") {
             let ask = ask_user_tool(None, None).map_err(|e| e.message)?;

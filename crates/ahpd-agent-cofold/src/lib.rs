@@ -8,6 +8,7 @@ mod actions;
 pub mod agent;
 mod asks;
 pub mod build;
+mod client_tools;
 mod edits;
 pub mod models;
 pub mod options;

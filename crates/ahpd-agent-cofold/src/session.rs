@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::actions as act;
 use crate::asks;
 use crate::build::{AgentCore, TurnSettings};
+use crate::client_tools;
 use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
 use crate::turns::TurnMapper;
@@ -212,7 +213,17 @@ impl Core {
             .ctx
             .credential(&resource)
             .map(|s| s.expose().to_owned());
-        let host_tools: Vec<String> = Vec::new();
+        let mut client_names = HashMap::new();
+        let mut extra = Vec::new();
+        for (client_id, definition) in self.ctx.client_tools() {
+            if let Some(tool) =
+                client_tools::client_tool(self.ctx.clone(), &turn.turn_id, &client_id, &definition)
+            {
+                client_names.insert(tool.name().to_owned(), client_id.clone());
+                extra.push(tool);
+            }
+        }
+        let host_tools: Vec<String> = client_names.keys().cloned().collect();
         let edits = self
             .agent
             .embedder
@@ -232,17 +243,19 @@ impl Core {
             credential,
             &host_tools,
             hooks,
+            extra,
         )?;
         let mut options = RunOptions::new(self.backend_id.clone(), turn.message.text.clone());
         options.workspace = Some(self.workspace.to_string_lossy().into_owned());
         options.model = (!built.reference.is_empty()).then(|| built.reference.clone());
         options.message_id = Some(turn.turn_id.clone());
-        let mapper = TurnMapper::new(
+        let mut mapper = TurnMapper::new(
             &turn.turn_id,
             self.workspace.clone(),
             built.memory_dir.clone(),
             options.model.clone(),
         );
+        mapper.set_client_tools(client_names);
         Ok((run(&built.agent, options), mapper, edits))
     }
 

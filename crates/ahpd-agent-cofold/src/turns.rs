@@ -22,6 +22,8 @@ pub(crate) struct CallView {
     pub shell: bool,
     pub tool_input: Option<String>,
     pub ready: bool,
+    pub client: bool,
+    pub name: String,
     pub approved: bool,
     pub started_at: Option<String>,
 }
@@ -43,6 +45,8 @@ pub(crate) struct TurnMapper {
     in_model: bool,
     running: Usage,
     pub(crate) calls: HashMap<String, CallView>,
+    /// Offered name → client id of the tools clients run.
+    client_tools: HashMap<String, String>,
     started: std::time::Instant,
 }
 
@@ -148,6 +152,7 @@ impl TurnMapper {
             in_model: false,
             running: Usage::default(),
             calls: HashMap::new(),
+            client_tools: HashMap::new(),
             started: std::time::Instant::now(),
         }
     }
@@ -291,13 +296,19 @@ impl TurnMapper {
                 } else {
                     (None, None)
                 };
-                out.push(act::tool_start(&turn, call_id, name, intention, meta));
+                let client = self.client_tools.get(name).cloned();
+                // A client-run call is started by its wrapper, ahead of the host's ask.
+                if client.is_none() {
+                    out.push(act::tool_start(&turn, call_id, name, intention, meta, None));
+                }
                 self.calls.insert(
                     call_id.clone(),
                     CallView {
                         title,
                         shell,
                         tool_input,
+                        client: client.is_some(),
+                        name: name.clone(),
                         ..CallView::default()
                     },
                 );
@@ -307,7 +318,8 @@ impl TurnMapper {
                 if let Some(call) = self.calls.get_mut(call_id) {
                     let at = now_rfc3339();
                     call.started_at = Some(at.clone());
-                    if !call.approved && !call.ready {
+                    // A client-run call is made ready by the host.
+                    if !call.approved && !call.ready && !call.client {
                         call.ready = true;
                         let mut meta = vec![("ahpd.startedAt", json!(at))];
                         if call.shell {
@@ -331,7 +343,9 @@ impl TurnMapper {
                 duration_ms,
                 ..
             } => {
-                if let Some(call) = self.calls.remove(call_id) {
+                if let Some(call) = self.calls.remove(call_id)
+                    && !call.client
+                {
                     let mut meta = Vec::new();
                     if call.shell {
                         meta.push(("toolKind", json!("terminal")));
@@ -355,6 +369,18 @@ impl TurnMapper {
                 call_id, reason, ..
             } => {
                 if let Some(call) = self.calls.remove(call_id) {
+                    if call.client {
+                        // Its wrapper never ran, so nothing said its start yet.
+                        let owner = self.client_tools.get(&call.name).cloned();
+                        out.push(act::tool_start(
+                            &turn,
+                            call_id,
+                            &call.name,
+                            None,
+                            None,
+                            owner.as_deref(),
+                        ));
+                    }
                     let meta = call
                         .shell
                         .then(|| act::meta(vec![("toolKind", json!("terminal"))]))
@@ -403,6 +429,11 @@ impl TurnMapper {
             _ => {}
         }
         out
+    }
+
+    /// Names the tools clients run, so their calls carry the client as contributor.
+    pub(crate) fn set_client_tools(&mut self, tools: HashMap<String, String>) {
+        self.client_tools = tools;
     }
 
     /// The step and notice counters, carried into a resumed attempt so no part id repeats.

@@ -1,3 +1,4 @@
+mod clients;
 mod conversation;
 mod options;
 mod support;
