@@ -99,6 +99,18 @@ impl TurnSettings {
     }
 }
 
+/// What a session adds to a turn's agent: tools from outside cofold, the names they take,
+/// and the hooks that raise edit notices.
+#[derive(Default)]
+pub struct TurnExtras {
+    /// Names already taken by tools from outside cofold; cofold's own leave them out.
+    pub taken_names: Vec<String>,
+    /// Hooks around the run.
+    pub hooks: Option<Arc<dyn cofold_agents::hooks::Hooks>>,
+    /// Tools from outside cofold (clients' tools).
+    pub tools: Vec<cofold_agents::tool::Tool>,
+}
+
 /// Everything a turn's run needs besides its input.
 pub struct TurnAgent {
     /// The cofold agent.
@@ -178,10 +190,14 @@ impl AgentCore {
         copapo: &Copapo,
         workspace: &Path,
         credential: Option<String>,
-        host_tool_names: &[String],
-        hooks: Option<Arc<dyn cofold_agents::hooks::Hooks>>,
-        extra_tools: Vec<cofold_agents::tool::Tool>,
+        extras: TurnExtras,
     ) -> Result<TurnAgent, String> {
+        let TurnExtras {
+            taken_names,
+            hooks,
+            tools: extra_tools,
+        } = extras;
+        let host_tool_names = taken_names.as_slice();
         if let Some(error) = &copapo.error {
             return Err(format!("{}: {error}", self.id));
         }

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::actions as act;
 use crate::asks;
-use crate::build::{AgentCore, TurnSettings};
+use crate::build::{AgentCore, TurnExtras, TurnSettings};
 use crate::client_tools;
 use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
@@ -41,6 +41,8 @@ struct Running {
 /// The last turn whose run ended in this process, kept so a failed one can be tried again.
 struct Finished {
     turn: TurnRequest,
+    /// The conversation's last message once the run ended: where a fork or rewind cuts.
+    last_message: Option<String>,
     resumable: bool,
     counters: (u32, u32),
 }
@@ -56,6 +58,10 @@ struct State {
     cutting: bool,
     waiting: VecDeque<Waiting>,
     last: Option<Finished>,
+    /// Cut points of the turns this process watched end.
+    cut_points: HashMap<String, String>,
+    /// A cut the store refused: the next turn fails with it.
+    refused_cut: Option<String>,
 }
 
 /// Shared by the session object and its run tasks.
@@ -133,7 +139,10 @@ impl Core {
     ) {
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let steers = Arc::new(Mutex::new(VecDeque::new()));
-        let prepared = self.prepare(&turn);
+        let prepared = match state.refused_cut.take() {
+            Some(sentence) => Err(sentence),
+            None => self.prepare(&turn),
+        };
         let handle = match prepared {
             Ok((handle, mut mapper, edits)) => {
                 if let Some(counters) = carry {
@@ -150,9 +159,17 @@ impl Core {
                         .clone()
                         .follow(turn_id, task_handle, mapper, task_shown, task_steers, edits)
                         .await;
+                    let last_message = task_core
+                        .agent
+                        .store
+                        .list_messages(&task_core.backend_id, Some(1))
+                        .await
+                        .ok()
+                        .and_then(|m| m.last().map(|m| m.id.clone()));
                     let _ = done_tx.send(true);
                     task_core.finished(Finished {
                         turn: request,
+                        last_message,
                         resumable,
                         counters,
                     });
@@ -241,9 +258,11 @@ impl Core {
             &self.copapo,
             &self.workspace,
             credential,
-            &host_tools,
-            hooks,
-            extra,
+            TurnExtras {
+                taken_names: host_tools,
+                hooks,
+                tools: extra,
+            },
         )?;
         let mut options = RunOptions::new(self.backend_id.clone(), turn.message.text.clone());
         options.workspace = Some(self.workspace.to_string_lossy().into_owned());
@@ -437,12 +456,38 @@ impl Core {
     fn finished(self: &Arc<Self>, finished: Finished) {
         let mut state = lock(&self.state);
         state.running = None;
+        if let Some(last) = &finished.last_message {
+            state
+                .cut_points
+                .insert(finished.turn.turn_id.clone(), last.clone());
+        }
         state.last = Some(finished);
         if state.closed {
             state.waiting.clear();
             return;
         }
         self.next_waiting(&mut state);
+    }
+
+    /// Cuts the conversation through `through`, or drops it all, before the next turn runs.
+    async fn cut(self: Arc<Self>, through: Option<String>) {
+        let store = &self.agent.store;
+        let result = match &through {
+            Some(id) => store.truncate(&self.backend_id, id).await.map(|_| ()),
+            None => match store.delete_session(&self.backend_id).await {
+                Err(e) if e.code != cofold_agents::error::ErrorCode::NotFound => Err(e),
+                _ => Ok(()),
+            },
+        };
+        let mut state = lock(&self.state);
+        state.cutting = false;
+        state.last = None;
+        if let Err(e) = result {
+            state.refused_cut = Some(format!("{}: {}", self.agent.id, e.message));
+        }
+        if state.running.is_none() && !state.closed {
+            self.next_waiting(&mut state);
+        }
     }
 
     fn next_waiting(self: &Arc<Self>, state: &mut State) {
@@ -576,6 +621,41 @@ impl Session for CofoldSession {
         state.cutting = true;
         tokio::spawn(self.core.clone().resume(finished));
         Ok(())
+    }
+
+    fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), ahpd_sdk::Refusal> {
+        let id = &self.core.agent.id;
+        let mut state = lock(&self.core.state);
+        if state.running.is_some() || state.cutting {
+            return Err(ahpd_sdk::Refusal::new(format!(
+                "{id}: a turn is running; stop it before cutting the conversation"
+            )));
+        }
+        let through = match turn_id {
+            Some(turn) => match state.cut_points.get(turn) {
+                Some(point) => Some(point.clone()),
+                None => {
+                    return Err(ahpd_sdk::Refusal::new(format!(
+                        "{id}: turn {turn} has no cut point in this process"
+                    )));
+                }
+            },
+            None => None,
+        };
+        state.cutting = true;
+        tokio::spawn(self.core.clone().cut(through));
+        Ok(())
+    }
+
+    fn fork_point(&self, turn_id: &str) -> Option<ahpd_sdk::agent::ForkPoint> {
+        let state = lock(&self.core.state);
+        state
+            .cut_points
+            .get(turn_id)
+            .map(|point| ahpd_sdk::agent::ForkPoint {
+                turn_id: turn_id.to_owned(),
+                data: Value::String(point.clone()),
+            })
     }
 
     fn configure(

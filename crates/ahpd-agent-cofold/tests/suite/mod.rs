@@ -1,5 +1,6 @@
 mod clients;
 mod conversation;
+mod history;
 mod options;
 mod support;
 mod tools;

@@ -1,0 +1,122 @@
+//! Rewinding a conversation, and listing and reading it back from the store (engine.md §9 items
+//! 44, 52, 62, 65, 66).
+
+use std::sync::Arc;
+
+use ahp_types::actions::StateAction;
+use ahpd_sdk::Agent;
+use serde_json::json;
+
+use super::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_chat_is_cut_in_the_store_and_goes_on() {
+    let place = Place::new();
+    let ep = endpoint(vec![
+        text("one"),
+        text("two"),
+        text("three"),
+        text("after the cut"),
+    ]);
+    let agent = Arc::new(agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let id = fresh_id("cut");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+    for (turn, text) in [("t1", "first"), ("t2", "second"), ("t3", "third")] {
+        w.send(turn, text).await;
+        assert!(matches!(
+            w.end(turn).await,
+            StateAction::ChatTurnComplete(_)
+        ));
+    }
+    let row = agent.find(&id).await.expect("listed");
+    assert_eq!(row.title, "first");
+    assert_eq!(agent.transcript(&id).await.unwrap().len(), 3);
+    let cut: StateAction =
+        serde_json::from_value(json!({ "type": "chat/truncated", "turnId": "t2" })).unwrap();
+    w.client.dispatch(w.chat.clone(), cut).await.unwrap();
+    w.until(|a| matches!(a, StateAction::ChatTruncated(_)))
+        .await;
+    w.send("t4", "fourth").await;
+    assert!(matches!(
+        w.end("t4").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let last = ep.chat_bodies().last().cloned().unwrap();
+    let text = request_text(&last);
+    assert!(text.contains("second") && !text.contains("third"), "{text}");
+    let turns = agent.transcript(&id).await.unwrap();
+    let ids: Vec<&str> = turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t1", "t2", "t4"]);
+    w.assert_mirror(&th).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_sessions_stream_every_delta_in_order() {
+    let place = Place::new();
+    let answers: Vec<String> = (0..20)
+        .map(|i| (0..200).map(|j| format!("s{i}w{j} ")).collect())
+        .collect();
+    // Each session's first request names its session; the endpoint answers with that one's text.
+    let texts = answers.clone();
+    let ep = testkit::Endpoint::builder()
+        .respond_with(move |req: &testkit::RecordedRequest| {
+            let body = req.json["messages"].to_string();
+            let i = (0..20)
+                .find(|i| body.contains(&format!("session number {i}.")))
+                .unwrap_or(0);
+            let mut frames = vec![testkit::Frame::Chunk(testkit::chunk::role())];
+            for piece in texts[i].split_inclusive(' ') {
+                frames.push(testkit::Frame::Chunk(testkit::chunk::text(piece)));
+            }
+            frames.push(testkit::Frame::Chunk(testkit::chunk::finish("stop")));
+            testkit::Reply::stream(frames)
+        })
+        .start()
+        .unwrap();
+    let agent = Arc::new(agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent]).await;
+    let mut watches = Vec::new();
+    for i in 0..20 {
+        let w = Watch::create(
+            &th,
+            "cofold",
+            &fresh_id("many"),
+            Some(&place.work),
+            json!({}),
+        )
+        .await;
+        watches.push((i, w));
+    }
+    for (i, w) in &mut watches {
+        w.send("t1", &format!("session number {i}.")).await;
+    }
+    for (i, w) in &mut watches {
+        assert!(matches!(
+            w.end("t1").await,
+            StateAction::ChatTurnComplete(_)
+        ));
+        let deltas: String = w
+            .chat_actions()
+            .iter()
+            .filter_map(|a| match a {
+                StateAction::ChatDelta(d) => Some(d.content.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, answers[*i], "session {i}");
+        let parts = w
+            .chat_actions()
+            .iter()
+            .filter(|a| matches!(a, StateAction::ChatResponsePart(_)))
+            .count();
+        assert_eq!(parts, 1);
+        w.assert_mirror(&th).await;
+    }
+}
