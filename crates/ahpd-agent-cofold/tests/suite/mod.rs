@@ -1,6 +1,7 @@
 mod clients;
 mod conversation;
 mod history;
+mod models;
 mod options;
 mod support;
 mod tools;
