@@ -194,7 +194,7 @@ pub(crate) fn check_config(agent_id: &str, values: &JsonObject) -> Result<(), Re
     Ok(())
 }
 
-fn encode_scratch_segment(id: &str) -> String {
+pub(crate) fn encode_scratch_segment(id: &str) -> String {
     let mut out = String::new();
     for b in id.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {

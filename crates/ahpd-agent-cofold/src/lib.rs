@@ -7,6 +7,7 @@
 mod actions;
 pub mod agent;
 mod asks;
+mod attachments;
 pub mod build;
 mod client_tools;
 mod edits;

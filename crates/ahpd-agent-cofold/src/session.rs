@@ -264,7 +264,17 @@ impl Core {
                 tools: extra,
             },
         )?;
-        let mut options = RunOptions::new(self.backend_id.clone(), turn.message.text.clone());
+        let attachments_dir = self
+            .agent
+            .env
+            .home
+            .join(".copilot")
+            .join("chats")
+            .join(crate::agent::encode_scratch_segment(&self.backend_id))
+            .join("attachments");
+        let input = crate::attachments::input_of(&turn.message, built.images, &attachments_dir)
+            .map_err(|e| format!("{}: {e}", self.agent.id))?;
+        let mut options = RunOptions::new(self.backend_id.clone(), input);
         options.workspace = Some(self.workspace.to_string_lossy().into_owned());
         options.model = (!built.reference.is_empty()).then(|| built.reference.clone());
         options.message_id = Some(turn.turn_id.clone());

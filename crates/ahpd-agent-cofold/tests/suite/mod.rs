@@ -1,3 +1,4 @@
+mod attachments;
 mod clients;
 mod conversation;
 mod history;
