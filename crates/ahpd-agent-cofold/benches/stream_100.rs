@@ -1,0 +1,192 @@
+//! `stream_100` (engine.md §10): 100 sessions in one host, each one turn whose 2,000-token answer
+//! the scripted endpoint streams as 2,000 SSE chunks, one client subscribed to every chat.
+//! Baseline: 100 concurrent plain HTTP clients reading the same 100 streams. Checks that every
+//! session's deltas, joined in arrival order, equal its script; prints both wall times and the
+//! ratio.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ahp::{Client, ClientConfig, SubscriptionEvent};
+use ahp_types::actions::StateAction;
+use ahp_types::commands::SubscribeResult;
+use ahp_ws::WebSocketTransport;
+use ahpd_agent_cofold::{Embedder, Environment, cofold_agent_with};
+use ahpd_sdk::host::HostBuilder;
+use ahpd_sdk::transport::ws::WsConfig;
+use serde_json::json;
+use testkit::{Endpoint, Frame, RecordedRequest, Reply, chunk};
+
+const SESSIONS: usize = 100;
+const TOKENS: usize = 2000;
+
+fn answer(i: usize) -> Vec<String> {
+    (0..TOKENS).map(|j| format!("s{i}t{j} ")).collect()
+}
+
+fn endpoint() -> Endpoint {
+    let scripts: Arc<Vec<Vec<String>>> = Arc::new((0..SESSIONS).map(answer).collect());
+    Endpoint::builder()
+        .respond_with(move |req: &RecordedRequest| {
+            let body = req.body.as_str();
+            let i = body
+                .find("session number ")
+                .and_then(|at| {
+                    body[at + 15..]
+                        .split(|c: char| !c.is_ascii_digit())
+                        .next()
+                        .and_then(|n| n.parse::<usize>().ok())
+                })
+                .unwrap_or(0);
+            let mut frames = vec![Frame::Chunk(chunk::role())];
+            frames.extend(scripts[i].iter().map(|t| Frame::Chunk(chunk::text(t))));
+            frames.push(Frame::Chunk(chunk::finish("stop")));
+            Reply::stream(frames)
+        })
+        .start()
+        .expect("endpoint")
+}
+
+async fn baseline(ep: &Endpoint) -> Duration {
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..SESSIONS {
+        let http = http.clone();
+        let url = ep.chat_url();
+        tasks.push(tokio::spawn(async move {
+            let body = json!({ "model": "m", "stream": true, "messages": [{ "role": "user", "content": format!("session number {i}.") }] });
+            let text = http.post(url).json(&body).send().await.unwrap().text().await.unwrap();
+            assert!(text.contains(&format!("s{i}t{} ", TOKENS - 1)));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    started.elapsed()
+}
+
+async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
+    let env = Environment {
+        vars: HashMap::from([("HOME".to_owned(), home.display().to_string())]),
+        home: home.to_path_buf(),
+    };
+    let agent = cofold_agent_with(
+        &json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        Embedder {
+            env: Some(env),
+            ..Embedder::default()
+        },
+    )
+    .unwrap();
+    let host = HostBuilder::new()
+        .agent(Arc::new(agent))
+        .delta_window(Duration::ZERO)
+        .build()
+        .unwrap();
+    let server = host.serve_ws(WsConfig::loopback(0)).await.unwrap();
+    let url = format!("ws://{}", server.local_addr());
+    let t = WebSocketTransport::connect(&url).await.unwrap();
+    let client = Client::connect(
+        t,
+        ClientConfig {
+            default_request_timeout: Some(Duration::from_secs(120)),
+            subscription_buffer: 1 << 20,
+        },
+    )
+    .await
+    .unwrap();
+    client
+        .initialize("bench".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let mut events = client.events();
+    let mut chats = HashMap::new();
+    for i in 0..SESSIONS {
+        let session = format!("cofold:/bench-{i}");
+        let _: serde_json::Value = client
+            .request("createSession", json!({ "channel": session, "workingDirectories": [ahpd_sdk::util::file_uri(home)] }))
+            .await
+            .unwrap();
+        let chat = ahpd_sdk::util::default_chat_uri(&session);
+        let (_res, _sub): (SubscribeResult, _) = client.subscribe(chat.clone()).await.unwrap();
+        chats.insert(chat, i);
+    }
+    let started = Instant::now();
+    for (chat, i) in &chats {
+        let turn: StateAction = serde_json::from_value(json!({
+            "type": "chat/turnStarted", "turnId": "t1", "startedAt": ahpd_sdk::util::now_iso(),
+            "message": { "text": format!("session number {i}."), "origin": { "kind": "user" } }
+        }))
+        .unwrap();
+        client.dispatch(chat.clone(), turn).await.unwrap();
+    }
+    let mut texts: HashMap<usize, String> = HashMap::new();
+    let mut parts: HashMap<usize, usize> = HashMap::new();
+    let mut done = 0;
+    let mut deltas = 0;
+    while done < SESSIONS {
+        let ev = events.recv().await.expect("event");
+        let SubscriptionEvent::Action(env) = ev.event else {
+            continue;
+        };
+        let Some(i) = chats.get(&env.channel).copied() else {
+            continue;
+        };
+        match env.action {
+            StateAction::ChatDelta(d) => {
+                deltas += 1;
+                texts.entry(i).or_default().push_str(&d.content);
+            }
+            StateAction::ChatResponsePart(_) => *parts.entry(i).or_default() += 1,
+            StateAction::ChatTurnComplete(_) => done += 1,
+            StateAction::ChatError(e) => panic!("session {i} failed: {}", e.part.error.message),
+            _ => {}
+        }
+    }
+    let elapsed = started.elapsed();
+    for i in 0..SESSIONS {
+        assert_eq!(
+            texts.get(&i).map(String::as_str),
+            Some(answer(i).concat().as_str()),
+            "session {i}"
+        );
+        assert_eq!(parts.get(&i), Some(&1), "session {i} opened one part");
+    }
+    host.shutdown();
+    (elapsed, deltas)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let home = tempfile::tempdir().unwrap();
+        let ep = endpoint();
+        let base = baseline(&ep).await;
+        let (took, deltas) = engine(&ep, home.path()).await;
+        println!("stream_100: {SESSIONS} sessions x {TOKENS} chunks");
+        println!(
+            "  baseline (plain HTTP clients): {:>8.1} ms",
+            base.as_secs_f64() * 1e3
+        );
+        println!(
+            "  engine (host + cofold + client): {:>8.1} ms",
+            took.as_secs_f64() * 1e3
+        );
+        println!(
+            "  ratio engine/baseline: {:.2}",
+            took.as_secs_f64() / base.as_secs_f64()
+        );
+        println!(
+            "  deltas per second: {:.0}",
+            deltas as f64 / took.as_secs_f64()
+        );
+        println!("  every delta arrived, in order, once per session: yes");
+    });
+}
