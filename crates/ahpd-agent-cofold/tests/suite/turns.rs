@@ -314,3 +314,70 @@ async fn a_turn_with_no_model_fails_with_the_sentence() {
     }
     w.assert_mirror(&th).await;
 }
+
+fn turn_of(action: &StateAction) -> Option<&str> {
+    let v = match action {
+        StateAction::ChatDelta(a) => &a.turn_id,
+        StateAction::ChatResponsePart(a) => &a.turn_id,
+        StateAction::ChatUsage(a) => &a.turn_id,
+        StateAction::ChatTurnComplete(a) => &a.turn_id,
+        StateAction::ChatError(a) => &a.turn_id,
+        StateAction::ChatToolCallStart(a) => &a.turn_id,
+        _ => return None,
+    };
+    Some(v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_sent_while_one_streams_takes_its_place_and_runs_after_it() {
+    let place = Place::new();
+    let gate = Gate::new();
+    let ep = endpoint(vec![
+        Reply::stream(vec![
+            Frame::Chunk(chunk::role()),
+            Frame::Chunk(chunk::text("one")),
+            Frame::Gate(gate.clone()),
+            Frame::Chunk(chunk::text(" more")),
+            Frame::Chunk(chunk::finish("stop")),
+        ]),
+        text("second answer"),
+    ]);
+    let agent = Arc::new(agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let id = fresh_id("replace");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+    w.send("t1", "first prompt").await;
+    w.until(|a| matches!(a, StateAction::ChatDelta(_))).await;
+    w.send("t2", "second prompt").await;
+    let replaced_at = w.envelopes.len();
+    assert_eq!(ep.chat_requests().len(), 1, "t2 waits behind t1's run");
+    gate.open();
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 2);
+    assert!(request_text(&bodies[1]).contains("first prompt"));
+    assert!(request_text(&bodies[1]).contains("second prompt"));
+    let late: Vec<_> = w.envelopes[replaced_at..]
+        .iter()
+        .filter(|e| turn_of(&e.action) == Some("t1"))
+        .collect();
+    assert!(late.is_empty(), "nothing for the replaced turn: {late:?}");
+    w.assert_mirror(&th).await;
+    let ids: Vec<&str> = w.chat_state().turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t2"]);
+    use ahpd_sdk::Agent;
+    let stored: Vec<String> = agent
+        .transcript(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.message.text.clone())
+        .collect();
+    assert_eq!(stored, ["first prompt", "second prompt"]);
+}
