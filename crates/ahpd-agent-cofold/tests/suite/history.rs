@@ -120,3 +120,59 @@ async fn twenty_sessions_stream_every_delta_in_order() {
         w.assert_mirror(&th).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_session_is_listed_read_back_and_continues() {
+    let place = Place::new();
+    std::fs::write(place.work.join("a.txt"), "hello world").unwrap();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        call("c1", "read_file", serde_json::json!({ "path": "a.txt" })),
+        text("it says hello"),
+        text("still here"),
+    ]);
+    let options =
+        json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" });
+    let id = fresh_id("restart");
+    {
+        let first = Arc::new(agent(options.clone(), place.embedder()));
+        let th = host(vec![first]).await;
+        let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+        w.send("t1", "what does a.txt say").await;
+        assert!(matches!(
+            w.end("t1").await,
+            StateAction::ChatTurnComplete(_)
+        ));
+        w.assert_mirror(&th).await;
+        th.host.shutdown();
+    }
+    let second = Arc::new(agent(options, place.embedder()));
+    let rows = second.list().await;
+    let row = rows
+        .iter()
+        .find(|r| r.id == id)
+        .expect("listed after the restart");
+    assert_eq!(row.title, "what does a.txt say");
+    assert_eq!(
+        row.working_directories,
+        [ahpd_sdk::util::file_uri(&place.work)]
+    );
+    let turns = second.transcript(&id).await.unwrap();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].id, "t1");
+    let th = host(vec![second.clone()]).await;
+    let client = client(&th.url, "later").await;
+    let w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
+    let mut w = w;
+    assert_eq!(w.chat_state().turns.len(), 1);
+    w.send("t2", "and now").await;
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let last = ep.chat_bodies().last().cloned().unwrap();
+    assert!(request_text(&last).contains("what does a.txt say"));
+    assert!(request_text(&last).contains("it says hello"));
+    w.assert_mirror(&th).await;
+    assert_eq!(second.transcript(&id).await.unwrap().len(), 2);
+}
