@@ -21,7 +21,7 @@ use crate::build::{AgentCore, TurnExtras, TurnSettings};
 use crate::client_tools;
 use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
-use crate::turns::TurnMapper;
+use crate::turns::{Carry, TurnMapper};
 
 /// Reason a stopped turn's run is cancelled with.
 pub const STOP_REASON: &str = "the client stopped the turn";
@@ -44,11 +44,11 @@ struct Finished {
     /// The conversation's last message once the run ended: where a fork or rewind cuts.
     last_message: Option<String>,
     resumable: bool,
-    counters: (u32, u32),
+    carry: Carry,
 }
 
 /// A turn waiting to run, with the counters of an earlier attempt when it is a resume.
-type Waiting = (TurnRequest, Arc<AtomicBool>, Option<(u32, u32)>);
+type Waiting = (TurnRequest, Arc<AtomicBool>, Option<Carry>);
 
 #[derive(Default)]
 struct State {
@@ -135,7 +135,7 @@ impl Core {
         state: &mut State,
         turn: TurnRequest,
         shown: Arc<AtomicBool>,
-        carry: Option<(u32, u32)>,
+        carry: Option<Carry>,
     ) {
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
         let steers = Arc::new(Mutex::new(VecDeque::new()));
@@ -155,7 +155,7 @@ impl Core {
                 let task_steers = steers.clone();
                 let turn_id = turn.turn_id.clone();
                 tokio::spawn(async move {
-                    let (resumable, counters) = task_core
+                    let (resumable, carry) = task_core
                         .clone()
                         .follow(turn_id, task_handle, mapper, task_shown, task_steers, edits)
                         .await;
@@ -171,7 +171,7 @@ impl Core {
                         turn: request,
                         last_message,
                         resumable,
-                        counters,
+                        carry,
                     });
                 });
                 Some(handle)
@@ -297,7 +297,7 @@ impl Core {
         shown: Arc<AtomicBool>,
         steers: Arc<Mutex<VecDeque<String>>>,
         edits: Option<OpenEdits>,
-    ) -> (bool, (u32, u32)) {
+    ) -> (bool, Carry) {
         let mut failed = false;
         let mut events = Box::pin(handle.events());
         let mut requests: HashMap<String, String> = HashMap::new();
@@ -323,7 +323,7 @@ impl Core {
                     let view = mapper.title_of(call_id).cloned().unwrap_or_default();
                     let request = ApprovalRequest {
                         turn_id: turn_id.clone(),
-                        tool_call_id: call_id.clone(),
+                        tool_call_id: mapper.shown_id(call_id),
                         invocation_message: StringOrMarkdown::Plain(view.title.clone()),
                         tool_input: view
                             .tool_input
@@ -335,7 +335,12 @@ impl Core {
                         edits: None,
                     };
                     let _ = input;
-                    self.spawn_approval(handle.clone(), request_id.clone(), request, edits.clone());
+                    self.spawn_approval(
+                        handle.clone(),
+                        request_id.clone(),
+                        request,
+                        edits.clone().map(|e| (e, call_id.clone())),
+                    );
                 }
                 EventBody::InputRequested {
                     request_id,
@@ -406,7 +411,7 @@ impl Core {
                 }
             }
         }
-        (failed && mapper.failed_in_model(), mapper.counters())
+        (failed && mapper.failed_in_model(), mapper.carry())
     }
 
     /// The first turn of a conversation names the session (engine.md §4.9).
@@ -435,10 +440,9 @@ impl Core {
         handle: RunHandle,
         request_id: String,
         request: ApprovalRequest,
-        edits: Option<OpenEdits>,
+        edits: Option<(OpenEdits, String)>,
     ) {
         let ctx = self.ctx.clone();
-        let call_id = request.tool_call_id.clone();
         tokio::spawn(async move {
             let command = match ctx.ask_approval(request).await {
                 ApprovalOutcome::Approved { edited_input, .. } => Command::Approve {
@@ -447,8 +451,8 @@ impl Core {
                     always_approve: None,
                 },
                 ApprovalOutcome::Denied { .. } => {
-                    if let Some(edits) = &edits {
-                        edits.after(&call_id);
+                    if let Some((edits, call_id)) = &edits {
+                        edits.after(call_id);
                     }
                     Command::Deny {
                         request_id,
@@ -541,7 +545,7 @@ impl Core {
         match cut {
             Ok(()) => state
                 .waiting
-                .push_front((finished.turn, shown, Some(finished.counters))),
+                .push_front((finished.turn, shown, Some(finished.carry))),
             Err(e) => {
                 if shown.load(Ordering::SeqCst) {
                     self.ctx.emit(act::turn_error(

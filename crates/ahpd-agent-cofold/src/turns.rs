@@ -3,7 +3,7 @@
 //! The mapper is pure: it takes cofold run events in order and returns the AHP actions they
 //! become. Asking the host (approvals, questions) is the runner's job.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use ahp_types::actions::StateAction;
@@ -28,6 +28,15 @@ pub(crate) struct CallView {
     pub started_at: Option<String>,
 }
 
+/// What one attempt of a turn hands to the next when the turn is resumed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Carry {
+    step: u32,
+    compactions: u32,
+    attempt: u32,
+    calls: HashSet<String>,
+}
+
 /// Maps one turn's events to actions.
 pub(crate) struct TurnMapper {
     turn_id: String,
@@ -45,6 +54,12 @@ pub(crate) struct TurnMapper {
     in_model: bool,
     running: Usage,
     pub(crate) calls: HashMap<String, CallView>,
+    /// Which attempt of the turn this is (1 for the first run).
+    attempt: u32,
+    /// Call ids earlier attempts of this turn used.
+    earlier_calls: HashSet<String>,
+    /// Call ids this attempt proposed.
+    seen_calls: HashSet<String>,
     /// Offered name → client id of the tools clients run.
     client_tools: HashMap<String, String>,
     started: std::time::Instant,
@@ -153,6 +168,9 @@ impl TurnMapper {
             running: Usage::default(),
             calls: HashMap::new(),
             client_tools: HashMap::new(),
+            attempt: 1,
+            earlier_calls: HashSet::new(),
+            seen_calls: HashSet::new(),
             started: std::time::Instant::now(),
         }
     }
@@ -296,10 +314,12 @@ impl TurnMapper {
                 } else {
                     (None, None)
                 };
+                self.seen_calls.insert(call_id.clone());
                 let client = self.client_tools.get(name).cloned();
                 // A client-run call is started by its wrapper, ahead of the host's ask.
                 if client.is_none() {
-                    out.push(act::tool_start(&turn, call_id, name, intention, meta, None));
+                    let shown = self.shown_id(call_id);
+                    out.push(act::tool_start(&turn, &shown, name, intention, meta, None));
                 }
                 self.calls.insert(
                     call_id.clone(),
@@ -315,6 +335,7 @@ impl TurnMapper {
             }
             EventBody::ToolStarted { call_id, .. } => {
                 let turn = turn.clone();
+                let shown = self.shown_id(call_id);
                 if let Some(call) = self.calls.get_mut(call_id) {
                     let at = now_rfc3339();
                     call.started_at = Some(at.clone());
@@ -327,7 +348,7 @@ impl TurnMapper {
                         }
                         out.push(act::tool_ready(
                             &turn,
-                            call_id,
+                            &shown,
                             &call.title,
                             call.tool_input.clone(),
                             call.shell.then(|| call.tool_input.clone()).flatten(),
@@ -337,13 +358,14 @@ impl TurnMapper {
                 }
             }
             EventBody::ToolCompleted {
-                call_id,
+                call_id: raw_call_id,
                 content,
                 is_error,
                 duration_ms,
                 ..
             } => {
-                if let Some(call) = self.calls.remove(call_id)
+                let call_id = &self.shown_id(raw_call_id);
+                if let Some(call) = self.calls.remove(raw_call_id)
                     && !call.client
                 {
                     let mut meta = Vec::new();
@@ -366,9 +388,12 @@ impl TurnMapper {
                 }
             }
             EventBody::ToolDenied {
-                call_id, reason, ..
+                call_id: raw_call_id,
+                reason,
+                ..
             } => {
-                if let Some(call) = self.calls.remove(call_id) {
+                let call_id = &self.shown_id(raw_call_id);
+                if let Some(call) = self.calls.remove(raw_call_id) {
                     if call.client {
                         // Its wrapper never ran, so nothing said its start yet.
                         let owner = self.client_tools.get(&call.name).cloned();
@@ -436,15 +461,34 @@ impl TurnMapper {
         self.client_tools = tools;
     }
 
-    /// The step and notice counters, carried into a resumed attempt so no part id repeats.
-    pub(crate) fn counters(&self) -> (u32, u32) {
-        (self.step, self.compactions)
+    /// What a resumed attempt carries over, so no part or call id repeats in the turn.
+    pub(crate) fn carry(&self) -> Carry {
+        let mut calls = self.earlier_calls.clone();
+        calls.extend(self.seen_calls.iter().cloned());
+        Carry {
+            step: self.step,
+            compactions: self.compactions,
+            attempt: self.attempt,
+            calls,
+        }
     }
 
     /// Continues the counters of an earlier attempt of the same turn.
-    pub(crate) fn continue_from(&mut self, counters: (u32, u32)) {
-        self.step = counters.0;
-        self.compactions = counters.1;
+    pub(crate) fn continue_from(&mut self, carry: Carry) {
+        self.step = carry.step;
+        self.compactions = carry.compactions;
+        self.attempt = carry.attempt + 1;
+        self.earlier_calls = carry.calls;
+    }
+
+    /// The id a call is shown under: a call id an earlier attempt of this turn already used
+    /// gets `:<attempt>` (engine.md §5.4).
+    pub(crate) fn shown_id(&self, call_id: &str) -> String {
+        if self.attempt > 1 && self.earlier_calls.contains(call_id) {
+            format!("{call_id}:{}", self.attempt)
+        } else {
+            call_id.to_owned()
+        }
     }
 
     /// Whether the run failed inside a model call (the turn may be resumed).
