@@ -155,7 +155,7 @@ impl Core {
                 let task_steers = steers.clone();
                 let turn_id = turn.turn_id.clone();
                 tokio::spawn(async move {
-                    let (resumable, carry) = task_core
+                    let (resumable, carry, ending) = task_core
                         .clone()
                         .follow(turn_id, task_handle, mapper, task_shown, task_steers, edits)
                         .await;
@@ -167,12 +167,15 @@ impl Core {
                         .ok()
                         .and_then(|m| m.last().map(|m| m.id.clone()));
                     let _ = done_tx.send(true);
-                    task_core.finished(Finished {
-                        turn: request,
-                        last_message,
-                        resumable,
-                        carry,
-                    });
+                    task_core.finished(
+                        Finished {
+                            turn: request,
+                            last_message,
+                            resumable,
+                            carry,
+                        },
+                        ending,
+                    );
                 });
                 Some(handle)
             }
@@ -297,8 +300,9 @@ impl Core {
         shown: Arc<AtomicBool>,
         steers: Arc<Mutex<VecDeque<String>>>,
         edits: Option<OpenEdits>,
-    ) -> (bool, Carry) {
+    ) -> (bool, Carry, Vec<ahp_types::actions::StateAction>) {
         let mut failed = false;
+        let mut ending = Vec::new();
         let mut events = Box::pin(handle.events());
         let mut requests: HashMap<String, String> = HashMap::new();
         let mut first = true;
@@ -401,17 +405,21 @@ impl Core {
             }
             let actions = mapper.map(&event);
             if shown.load(Ordering::SeqCst) {
-                for action in actions {
-                    self.ctx.emit(action);
-                }
                 if let EventBody::RunFinished { outcome } = &event.body
                     && outcome.status() != cofold_agents::store::RunStatus::Awaiting
                 {
-                    self.ctx.emit(act::activity(None));
+                    // The ending actions wait until the turn is recorded as finished, so a
+                    // client answering them (a resume) finds it.
+                    ending.extend(actions);
+                    ending.push(act::activity(None));
+                    continue;
+                }
+                for action in actions {
+                    self.ctx.emit(action);
                 }
             }
         }
-        (failed && mapper.failed_in_model(), mapper.carry())
+        (failed && mapper.failed_in_model(), mapper.carry(), ending)
     }
 
     /// The first turn of a conversation names the session (engine.md §4.9).
@@ -467,8 +475,16 @@ impl Core {
     }
 
     /// A run ended: the next waiting turn starts.
-    fn finished(self: &Arc<Self>, finished: Finished) {
+    fn finished(
+        self: &Arc<Self>,
+        finished: Finished,
+        ending: Vec<ahp_types::actions::StateAction>,
+    ) {
         let mut state = lock(&self.state);
+        // Said under the lock, after nothing else of this run and before the next turn starts.
+        for action in ending {
+            self.ctx.emit(action);
+        }
         state.running = None;
         if let Some(last) = &finished.last_message {
             state

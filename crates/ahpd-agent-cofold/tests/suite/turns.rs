@@ -383,7 +383,6 @@ async fn a_turn_sent_while_one_streams_takes_its_place_and_runs_after_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug: resuming a failed turn whose run had already run a tool never ends (under investigation)"]
 async fn a_resumed_attempt_shows_a_repeated_call_id_with_its_attempt() {
     let place = Place::new();
     let ep = endpoint(vec![call("c1", "list_files", json!({ "pattern": "*" }))]);
