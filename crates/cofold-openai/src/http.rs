@@ -144,8 +144,9 @@ impl Endpoint {
         key: Option<&str>,
         signal: &AbortSignal,
     ) -> Result<reqwest::Response, AgentError> {
+        // The body is serialized here (not with `.json`) so `content-type` is set exactly once.
         let mut req = match body {
-            Some(b) => self.client.post(url).json(b),
+            Some(b) => self.client.post(url).body(b.to_string()),
             None => self.client.get(url),
         };
         req = req.header(reqwest::header::CONTENT_TYPE, "application/json");

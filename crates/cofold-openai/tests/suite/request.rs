@@ -97,7 +97,13 @@ async fn item_224_full_request_shape() {
     let reqs = ep.chat_requests();
     let r = &reqs[0];
     assert_eq!(r.path, "/v1/chat/completions");
-    assert_eq!(r.header("content-type"), Some("application/json"));
+    let content_types: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "content-type")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(content_types, ["application/json"]);
     assert_eq!(r.header("x-title"), Some("cofold"));
     assert_eq!(r.header("authorization"), Some("Bearer sk-test"));
     assert_eq!(
