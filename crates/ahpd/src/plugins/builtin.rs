@@ -41,13 +41,13 @@ impl BuiltIn {
     }
 }
 
-/// Every compiled-in plugin, in the order `plugin list` shows them.
-///
-/// Adding a plugin is one line here. The cofold engine joins once its crate exposes the plugin:
-/// `BuiltIn::new(Arc::new(ahpd_agent_cofold::CofoldPlugin::default()), &[Provides::Engine("cofold")]),`
+/// Every compiled-in plugin, in the order `plugin list` shows them. Adding a plugin is one line.
 pub fn builtin() -> Vec<BuiltIn> {
     #[allow(unused_mut)]
-    let mut table: Vec<BuiltIn> = vec![];
+    let mut table: Vec<BuiltIn> = vec![BuiltIn::new(
+        Arc::new(ahpd_agent_cofold::plugin()),
+        &[Provides::Engine(ahpd_agent_cofold::ENGINE)],
+    )];
     #[cfg(feature = "test-plugins")]
     table.extend(super::echo::plugins());
     table
