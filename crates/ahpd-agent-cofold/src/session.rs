@@ -31,7 +31,6 @@ pub const CLOSE_REASON: &str = "the session closed";
 pub const DECLINED: &str = "The person declined this action";
 
 struct Running {
-    turn_id: String,
     handle: Option<RunHandle>,
     shown: Arc<AtomicBool>,
     steers: Arc<Mutex<VecDeque<String>>>,
@@ -199,7 +198,6 @@ impl Core {
             return;
         }
         state.running = Some(Running {
-            turn_id: turn.turn_id,
             handle,
             shown,
             steers,
@@ -320,7 +318,7 @@ impl Core {
                     request_id,
                     call_id,
                     name,
-                    input,
+                    input: _,
                     prompt,
                 } => {
                     requests.insert(request_id.clone(), call_id.clone());
@@ -338,7 +336,6 @@ impl Core {
                         )),
                         edits: None,
                     };
-                    let _ = input;
                     self.spawn_approval(
                         handle.clone(),
                         request_id.clone(),
@@ -626,7 +623,6 @@ impl Session for CofoldSession {
                 lock(&steers).retain(|s| s != &id);
             }
         });
-        let _ = &running.turn_id;
         true
     }
 
