@@ -289,8 +289,11 @@ async fn an_already_cancelled_run_spawns_nothing() {
 #[tokio::test]
 async fn background_and_foreground_sleeps_both_die() {
     let (_dir, root) = workspace();
+    // SIGKILL lands asynchronously, so wait for the event that every process of the tree has
+    // exited (the end of a fifo they all hold open) before looking at the group.
+    let held = hold_fifo(&root);
     let result = exec_shell(run_args(
-        "echo $$ >&2; sleep 1000 & echo $! >&2; sleep 1000",
+        "exec 3>hold; echo $$ >&2; sleep 1000 & echo $! >&2; sleep 1000",
         &root,
         Duration::from_secs(1),
         1000,
@@ -298,6 +301,10 @@ async fn background_and_foreground_sleeps_both_die() {
     .await
     .expect("runs");
     assert!(result.timed_out);
+    tokio::time::timeout(Duration::from_secs(60), held)
+        .await
+        .expect("the tree should have died at the timeout")
+        .expect("hold read");
     let pids: Vec<i32> = result
         .stderr
         .split_whitespace()
@@ -313,26 +320,12 @@ async fn background_and_foreground_sleeps_both_die() {
 #[tokio::test]
 async fn dropping_the_call_kills_the_tree() {
     let (_dir, root) = workspace();
-    for fifo in ["ready", "hold"] {
-        let status = std::process::Command::new("mkfifo")
-            .arg(root.join(fifo))
-            .status()
-            .expect("mkfifo");
-        assert!(status.success());
-    }
-    // Every process of the tree holds `hold` open, so its reader sees the end only when all
-    // of them have exited.
-    // Plain threads (not the blocking pool), so a test that fails does not hang the runtime's
-    // shutdown waiting on a reader that never ends.
-    let hold_path = root.join("hold");
-    let (held_tx, held) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut file = std::fs::File::open(hold_path).expect("open hold");
-        let mut sink = Vec::new();
-        file.read_to_end(&mut sink).expect("read hold");
-        let _ = held_tx.send(());
-    });
+    let status = std::process::Command::new("mkfifo")
+        .arg(root.join("ready"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let held = hold_fifo(&root);
     let ready_path = root.join("ready");
     let (ready_tx, ready) = tokio::sync::oneshot::channel::<String>();
     std::thread::spawn(move || {
@@ -352,6 +345,28 @@ async fn dropping_the_call_kills_the_tree() {
         .expect("the tree should have died when the call was dropped")
         .expect("hold read");
     assert_group_gone(&leader);
+}
+
+/// Makes the fifo `hold` in `root` and reads it on a plain thread (not the blocking pool, so a
+/// failing test cannot hang the runtime's shutdown). Every process of a tree that opens it holds
+/// it, so the receiver resolves only once all of them have exited.
+#[cfg(target_os = "linux")]
+fn hold_fifo(root: &std::path::Path) -> tokio::sync::oneshot::Receiver<()> {
+    let status = std::process::Command::new("mkfifo")
+        .arg(root.join("hold"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let hold_path = root.join("hold");
+    let (held_tx, held) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut file = std::fs::File::open(hold_path).expect("open hold");
+        let mut sink = Vec::new();
+        file.read_to_end(&mut sink).expect("read hold");
+        let _ = held_tx.send(());
+    });
+    held
 }
 
 /// The first number in `text` is the shell's pid, which leads the group; no live process may
