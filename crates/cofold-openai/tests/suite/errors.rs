@@ -265,6 +265,9 @@ async fn item_243_cancel_around_the_backoff_is_aborted_after_one_request() {
         .await
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::Aborted);
+    // The endpoint records a request after answering it, so wait for that record rather than
+    // racing it; a retry after the cancel would show as a second request.
+    ep.wait_for_requests(1).await;
     assert_eq!(ep.chat_requests().len(), 1);
 }
 
