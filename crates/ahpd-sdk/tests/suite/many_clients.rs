@@ -76,7 +76,9 @@ async fn a_stalled_client_is_closed_and_never_slows_the_others() {
     let host = HostBuilder::new()
         .agent(Arc::new(ScriptedAgent::new()))
         .delta_window(Duration::ZERO)
-        .outbound_queue(16)
+        // Room for a healthy client whose reader is scheduled late on a loaded machine, yet far
+        // below the 1,000 deltas that must overflow the stalled client's queue.
+        .outbound_queue(128)
         .build()
         .unwrap();
     let host = Arc::new(host);
