@@ -484,7 +484,12 @@ impl Agent for CofoldAgent {
     }
 
     async fn transcript(&self, id: &str) -> Option<Vec<Turn>> {
-        transcript::turns(self.core.store.as_ref(), id).await
+        let host_tools = if self.core.options.host_tools {
+            crate::host_tools::display_names(&self.core.embedder.host_tools)
+        } else {
+            HashMap::new()
+        };
+        transcript::turns(self.core.store.as_ref(), id, &host_tools).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), AgentError> {

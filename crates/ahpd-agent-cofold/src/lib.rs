@@ -11,6 +11,7 @@ mod attachments;
 pub mod build;
 mod client_tools;
 mod edits;
+pub mod host_tools;
 pub mod models;
 pub mod options;
 pub mod plugin;
@@ -19,6 +20,7 @@ mod transcript;
 mod turns;
 
 pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};
+pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};
 pub use options::{
     CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, options_schema,
     record_schema,

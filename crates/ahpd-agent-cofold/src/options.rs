@@ -244,6 +244,20 @@ pub struct Embedder {
     pub on_file_edit: Option<EditObserver>,
     /// The environment (default: the process's).
     pub env: Option<Environment>,
+    /// The host's own tools, offered to every session of an agent whose `hostTools` is not
+    /// `false` (engine.md §5.2).
+    pub host_tools: Vec<crate::host_tools::HostTool>,
+}
+
+impl Embedder {
+    /// The same values with one more host tool. A host tool named like one of cofold's tools
+    /// (`ask_user` included) takes that name, and cofold's own is left out.
+    pub fn host_tool(mut self, tool: crate::host_tools::HostTool) -> Embedder {
+        // A later registration under the same name replaces the earlier one.
+        self.host_tools.retain(|t| t.name() != tool.name());
+        self.host_tools.push(tool);
+        self
+    }
 }
 
 /// Which side of a file edit a notice is.

@@ -233,6 +233,20 @@ impl Core {
             .map(|s| s.expose().to_owned());
         let mut client_names = HashMap::new();
         let mut extra = Vec::new();
+        let mut taken: Vec<String> = Vec::new();
+        let host_tools: &[crate::host_tools::HostTool] = if self.agent.options.host_tools {
+            &self.agent.embedder.host_tools
+        } else {
+            &[]
+        };
+        for tool in host_tools {
+            if let Some(wrapped) =
+                crate::host_tools::wrap(tool, self.ctx.clone(), &turn.turn_id, &self.workspace)
+            {
+                taken.push(wrapped.name().to_owned());
+                extra.push(wrapped);
+            }
+        }
         for (client_id, definition) in self.ctx.client_tools() {
             if let Some(tool) =
                 client_tools::client_tool(self.ctx.clone(), &turn.turn_id, &client_id, &definition)
@@ -241,7 +255,7 @@ impl Core {
                 extra.push(tool);
             }
         }
-        let host_tools: Vec<String> = client_names.keys().cloned().collect();
+        taken.extend(client_names.keys().cloned());
         let edits = self
             .agent
             .embedder
@@ -260,7 +274,7 @@ impl Core {
             &self.workspace,
             credential,
             TurnExtras {
-                taken_names: host_tools,
+                taken_names: taken,
                 hooks,
                 tools: extra,
             },
@@ -286,6 +300,7 @@ impl Core {
             options.model.clone(),
         );
         mapper.set_client_tools(client_names);
+        mapper.set_host_tools(crate::host_tools::display_names(host_tools));
         Ok((run(&built.agent, options), mapper, edits))
     }
 

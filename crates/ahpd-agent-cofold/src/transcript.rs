@@ -59,7 +59,13 @@ fn close(turn: Option<OpenTurn>, out: &mut Vec<Value>) {
 }
 
 /// The turns of a stored conversation, oldest first.
-pub(crate) async fn turns(store: &dyn Store, id: &str) -> Option<Vec<Turn>> {
+///
+/// `host_tools` names the host's tools (name → display name): their calls are titled by name.
+pub(crate) async fn turns(
+    store: &dyn Store,
+    id: &str,
+    host_tools: &HashMap<String, String>,
+) -> Option<Vec<Turn>> {
     let record = store.get_session(id).await.ok().flatten()?;
     let workspace = std::path::PathBuf::from(record.workspace.unwrap_or_default());
     let messages = store.list_messages(id, None).await.ok()?;
@@ -158,11 +164,16 @@ pub(crate) async fn turns(store: &dyn Store, id: &str) -> Option<Vec<Turn>> {
                                         .or_else(|| i.get("query"))
                                 })
                                 .and_then(Value::as_str);
-                            let title = call_title(name, subject, &workspace, None);
+                            let host = host_tools.get(name);
+                            let title = match host {
+                                Some(_) => name.clone(),
+                                None => call_title(name, subject, &workspace, None),
+                            };
+                            let display = host.unwrap_or(name);
                             let index = push_part(
                                 turn,
                                 json!({ "kind": "toolCall", "toolCall": {
-                                    "status": "cancelled", "toolCallId": call_id, "toolName": name, "displayName": name,
+                                    "status": "cancelled", "toolCallId": call_id, "toolName": name, "displayName": display,
                                     "invocationMessage": title, "reason": "skipped",
                                 }}),
                             );

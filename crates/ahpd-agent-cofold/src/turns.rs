@@ -62,6 +62,8 @@ pub(crate) struct TurnMapper {
     seen_calls: HashSet<String>,
     /// Offered name → client id of the tools clients run.
     client_tools: HashMap<String, String>,
+    /// Name → display name of the host's tools this turn offers.
+    host_tools: HashMap<String, String>,
     started: std::time::Instant,
 }
 
@@ -168,6 +170,7 @@ impl TurnMapper {
             running: Usage::default(),
             calls: HashMap::new(),
             client_tools: HashMap::new(),
+            host_tools: HashMap::new(),
             attempt: 1,
             earlier_calls: HashSet::new(),
             seen_calls: HashSet::new(),
@@ -287,13 +290,19 @@ impl TurnMapper {
                 input,
                 subject,
             } => {
-                let shell = name == "shell_exec";
-                let title = call_title(
-                    name,
-                    subject.as_deref(),
-                    &self.workspace,
-                    self.memory_dir.as_deref(),
-                );
+                // A host tool is titled by its name, whatever cofold tool it shares it with.
+                let host = self.host_tools.get(name).cloned();
+                let shell = name == "shell_exec" && host.is_none();
+                let title = if host.is_some() {
+                    name.clone()
+                } else {
+                    call_title(
+                        name,
+                        subject.as_deref(),
+                        &self.workspace,
+                        self.memory_dir.as_deref(),
+                    )
+                };
                 let tool_input = if shell {
                     input
                         .as_ref()
@@ -319,7 +328,12 @@ impl TurnMapper {
                 // A client-run call is started by its wrapper, ahead of the host's ask.
                 if client.is_none() {
                     let shown = self.shown_id(call_id);
-                    out.push(act::tool_start(&turn, &shown, name, intention, meta, None));
+                    let mut start = act::tool_start(&turn, &shown, name, intention, meta, None);
+                    if let (Some(display), StateAction::ChatToolCallStart(s)) = (&host, &mut start)
+                    {
+                        s.display_name = display.clone();
+                    }
+                    out.push(start);
                 }
                 self.calls.insert(
                     call_id.clone(),
@@ -459,6 +473,11 @@ impl TurnMapper {
     /// Names the tools clients run, so their calls carry the client as contributor.
     pub(crate) fn set_client_tools(&mut self, tools: HashMap<String, String>) {
         self.client_tools = tools;
+    }
+
+    /// Names the host's tools this turn offers, with the names they are displayed under.
+    pub(crate) fn set_host_tools(&mut self, tools: HashMap<String, String>) {
+        self.host_tools = tools;
     }
 
     /// What a resumed attempt carries over, so no part or call id repeats in the turn.

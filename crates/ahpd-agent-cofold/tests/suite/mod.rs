@@ -2,6 +2,7 @@ mod attachments;
 mod clients;
 mod conversation;
 mod history;
+mod host_tools;
 mod models;
 mod options;
 mod support;
