@@ -321,6 +321,9 @@ impl Actor {
             Ok(true) => {
                 self.inner.hub.publish(&self.uri, action, origin);
                 self.sync_catalogue();
+                if Self::remembers(action) {
+                    self.remember();
+                }
                 true
             }
             Ok(false) => false,

@@ -8,8 +8,10 @@ use ahp_types::commands::{ListSessionsParams, ListSessionsResult};
 use ahp_types::state::{SessionStatus, SessionSummary};
 use base64::Engine as _;
 
+use crate::agent::PastSession;
 use crate::error::RpcError;
 use crate::host::HostInner;
+use crate::ports::SessionRecord;
 
 fn encode_cursor(row: &SessionSummary) -> String {
     let raw = serde_json::json!([row.modified_at, row.resource]).to_string();
@@ -29,6 +31,43 @@ fn order(a: &SessionSummary, b: &SessionSummary) -> std::cmp::Ordering {
     b.modified_at
         .cmp(&a.modified_at)
         .then_with(|| a.resource.cmp(&b.resource))
+}
+
+/// The catalogue row of a stored conversation, with what the store remembers about it (its
+/// spelling, a client-chosen title, the read and archived flags) on top of the agent's row.
+fn past_row(provider: &str, row: PastSession, record: Option<&SessionRecord>) -> SessionSummary {
+    let mut status = SessionStatus::Idle.bits();
+    if record.is_some_and(|r| r.is_read) {
+        status |= SessionStatus::IsRead.bits();
+    }
+    if record.is_some_and(|r| r.is_archived) {
+        status |= SessionStatus::IsArchived.bits();
+    }
+    let mut dirs = row.working_directories;
+    if dirs.is_empty()
+        && let Some(r) = record
+    {
+        dirs = r.working_directories.clone();
+    }
+    SessionSummary {
+        provider: provider.to_owned(),
+        title: record.and_then(|r| r.title.clone()).unwrap_or(row.title),
+        status,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: (!dirs.is_empty()).then_some(dirs),
+        annotations: None,
+        resource: record
+            .map(|r| r.uri.clone())
+            .unwrap_or_else(|| format!("{provider}:/{}", row.id)),
+        created_at: row.created_at,
+        modified_at: row.modified_at,
+        changes: None,
+        meta: None,
+        chats: None,
+        default_chat: None,
+    }
 }
 
 pub(crate) async fn list(
@@ -62,30 +101,28 @@ pub(crate) async fn list(
             .collect();
         (rows, ids)
     };
+    let remembered = inner.store.as_ref().map(|s| s.all()).unwrap_or_default();
     for agent in inner.agents() {
         let provider = agent.descriptor().provider;
-        for row in agent.list().await {
-            if live_ids.contains(&(provider.clone(), row.id.clone())) {
-                continue;
+        let mut listed: Vec<PastSession> = agent
+            .list()
+            .await
+            .into_iter()
+            .filter(|row| !live_ids.contains(&(provider.clone(), row.id.clone())))
+            .collect();
+        // Remembered conversations the agent does not list but still finds.
+        for record in remembered.iter().filter(|r| r.provider == provider) {
+            let known = live_ids.contains(&(provider.clone(), record.backend_id.clone()))
+                || listed.iter().any(|row| row.id == record.backend_id);
+            if !known && let Some(row) = agent.find(&record.backend_id).await {
+                listed.push(row);
             }
-            rows.push(SessionSummary {
-                provider: provider.clone(),
-                title: row.title,
-                status: SessionStatus::Idle.bits(),
-                activity: None,
-                origin: None,
-                project: None,
-                working_directories: (!row.working_directories.is_empty())
-                    .then_some(row.working_directories),
-                annotations: None,
-                resource: format!("{provider}:/{}", row.id),
-                created_at: row.created_at,
-                modified_at: row.modified_at,
-                changes: None,
-                meta: None,
-                chats: None,
-                default_chat: None,
-            });
+        }
+        for row in listed {
+            let record = remembered
+                .iter()
+                .find(|r| r.provider == provider && r.backend_id == row.id);
+            rows.push(past_row(&provider, row, record));
         }
     }
     rows.sort_by(order);

@@ -139,8 +139,11 @@ impl Actor {
                 if a.title.trim().is_empty() {
                     return Err("a session title cannot be empty".into());
                 }
-                if self.apply_session(action, Some(origin)) {
-                    self.title_locked = true;
+                // A client chose this title: the agent's titles no longer replace it, and the
+                // store keeps it (set first so the record written on apply carries it).
+                self.title_locked = true;
+                if !self.apply_session(action, Some(origin)) {
+                    self.remember();
                 }
                 Ok(())
             }

@@ -117,4 +117,7 @@ pub enum HostError {
     /// An extension claimed a scheme or method that does not start with `x-`.
     #[error("extension names must start with x-: {0}")]
     ExtensionName(String),
+    /// The session store could not be opened.
+    #[error(transparent)]
+    SessionStore(#[from] crate::ports::SessionStoreError),
 }

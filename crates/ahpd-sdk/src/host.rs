@@ -16,7 +16,8 @@ use crate::agent::{Agent, Probe, Secret};
 use crate::error::HostError;
 use crate::hub::Hub;
 use crate::peer::Peer;
-use crate::ports::{Extension, Resources};
+use crate::ports::{Extension, Resources, SessionStore, SessionStoreError};
+use crate::remember::Remembered;
 use crate::session::Registry;
 
 /// Every option of a host, with the defaults documented on each field.
@@ -84,6 +85,7 @@ pub struct HostBuilder {
     agents: Vec<Arc<dyn Agent>>,
     extensions: Vec<Arc<dyn Extension>>,
     resources: Option<Arc<dyn Resources>>,
+    session_store: Option<Arc<dyn SessionStore>>,
 }
 
 impl HostBuilder {
@@ -198,6 +200,21 @@ impl HostBuilder {
         self
     }
 
+    /// Remember sessions across restarts in this store (§8.6), e.g.
+    /// `FileSessionStore::open(path)?`. Default: none, so a restart forgets client-chosen
+    /// titles, read/archived flags, config values and URI spellings (catalogue rows then come
+    /// from each agent's `list` alone).
+    ///
+    /// The store is read once by [`HostBuilder::build`] (a store that cannot be read is logged
+    /// at `warn` and the host starts with nothing remembered) and written at most once per
+    /// second after a change, and once more on [`Host::shutdown`]; call
+    /// [`HostHandle::flush_session_store`] before the process exits to be sure the last change
+    /// is on disk.
+    pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.session_store = Some(store);
+        self
+    }
+
     /// Serve an extension's `x-` channels and methods.
     pub fn extension(mut self, extension: Arc<dyn Extension>) -> Self {
         self.extensions.push(extension);
@@ -216,6 +233,10 @@ impl HostBuilder {
             }
         }
         let hub = Hub::new(self.options.replay_capacity);
+        let shutdown = CancellationToken::new();
+        let store = self
+            .session_store
+            .map(|port| Remembered::load(port, shutdown.child_token()));
         let inner = Arc::new(HostInner {
             root: Mutex::new(crate::root::initial_root(
                 &self.agents,
@@ -231,7 +252,8 @@ impl HostBuilder {
             known: Mutex::new(HashMap::new()),
             credentials: Arc::new(Mutex::new(HashMap::new())),
             next_conn: AtomicU64::new(1),
-            shutdown: CancellationToken::new(),
+            shutdown,
+            store,
             options: self.options,
         });
         let handle = HostHandle { inner };
@@ -240,6 +262,9 @@ impl HostBuilder {
         }
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::root::probe_agents(&handle.inner);
+            if handle.inner.store.is_some() {
+                tokio::spawn(crate::remember::prune(handle.inner.clone()));
+            }
         }
         Ok(Host { handle })
     }
@@ -276,6 +301,16 @@ pub(crate) struct HostInner {
     pub credentials: Arc<Mutex<HashMap<String, HashMap<String, Secret>>>>,
     pub next_conn: AtomicU64,
     pub shutdown: CancellationToken,
+    pub store: Option<Arc<Remembered>>,
+}
+
+impl Drop for HostInner {
+    fn drop(&mut self) {
+        // The store's writer saves what is pending and ends.
+        if let Some(store) = &self.store {
+            store.stop();
+        }
+    }
 }
 
 impl HostInner {
@@ -346,6 +381,15 @@ impl HostHandle {
         Ok(())
     }
 
+    /// Write the session store now if anything changed since its last save, and wait for
+    /// it. Without a store this does nothing. An embedder calls it before exiting.
+    pub async fn flush_session_store(&self) -> Result<(), SessionStoreError> {
+        match &self.inner.store {
+            Some(store) => store.flush().await,
+            None => Ok(()),
+        }
+    }
+
     /// The current `serverSeq`.
     pub fn server_seq(&self) -> u64 {
         self.inner.hub.current_seq()
@@ -402,7 +446,13 @@ impl Host {
         self.handle.set_agents(agents)
     }
 
-    /// Stop accepting work: listeners stop and open connections close.
+    /// Write the session store now; see [`HostHandle::flush_session_store`].
+    pub async fn flush_session_store(&self) -> Result<(), SessionStoreError> {
+        self.handle.flush_session_store().await
+    }
+
+    /// Stop accepting work: listeners stop and open connections close; the session store
+    /// is saved once more in the background (await [`Host::flush_session_store`] to wait).
     pub fn shutdown(&self) {
         self.handle.inner.shutdown.cancel();
     }

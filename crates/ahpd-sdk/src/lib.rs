@@ -18,11 +18,23 @@
 //!   [`Host::serve_ws`], [`Host::serve_stdio`] or [`Host::accept`] with any [`Peer`].
 //! - Extra `x-` channels and commands are served through [`ports::Extension`]; an extension
 //!   publishes through [`HostHandle::publish_extension`].
+//! - What clients choose about their sessions (a title, the read and archived flags, config
+//!   values, the URI spelling) survives a restart when the host has a session store:
+//!   [`HostBuilder::session_store`] with a [`ports::FileSessionStore`] (one JSON file, mode
+//!   `0600`, replaced atomically) or any [`ports::SessionStore`]. Without one (the default) a
+//!   restart forgets them and the catalogue comes from each agent's `list` alone. Call
+//!   [`HostHandle::flush_session_store`] before the process exits.
 //!
 //! ```no_run
 //! # async fn run(agent: std::sync::Arc<dyn ahpd_sdk::Agent>) -> Result<(), ahpd_sdk::HostError> {
 //! use ahpd_sdk::{HostBuilder, transport::ws::WsConfig};
-//! let host = HostBuilder::new().path("/work").agent(agent).build()?;
+//! use ahpd_sdk::ports::FileSessionStore;
+//! let store = FileSessionStore::open("/var/lib/me/sessions.json")?;
+//! let host = HostBuilder::new()
+//!     .path("/work")
+//!     .agent(agent)
+//!     .session_store(std::sync::Arc::new(store))
+//!     .build()?;
 //! let server = host.serve_ws(WsConfig::loopback(9187)).await?;
 //! server.wait().await;
 //! # Ok(()) }
@@ -47,9 +59,11 @@ mod commands;
 mod config;
 mod connection;
 mod dispatch;
+mod filestore;
 mod hub;
 mod lifecycle;
 mod open;
+mod remember;
 mod root;
 mod rootdispatch;
 mod session;

@@ -31,6 +31,8 @@ struct Init {
     turns: Vec<Turn>,
     resume: bool,
     ready: bool,
+    /// The title is a client's choice (remembered), so the agent's titles do not replace it.
+    title_locked: bool,
 }
 
 /// Build the actor, register it, and start its task. Fails when the URI is taken.
@@ -97,7 +99,7 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
         self_tx: tx.downgrade(),
         pending: HashMap::new(),
         allow_session: HashSet::new(),
-        title_locked: false,
+        title_locked: init.title_locked,
         created_at: init.created_at,
         working_directory: init.working_directory,
         start_reply: None,
@@ -191,6 +193,7 @@ pub(crate) async fn create(
         turns: Vec::new(),
         resume: false,
         ready: false,
+        title_locked: false,
     };
     let tx = spawn(inner, init)?;
     let (reply, rx) = oneshot::channel();
@@ -214,7 +217,16 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
     let Some((scheme, _)) = session_uri.split_once(':') else {
         return Err(RpcError::session_not_found(channel));
     };
-    let id = backend_id_of(&session_uri).unwrap_or_default();
+    // A spelling the store remembers names its provider and conversation whatever its scheme.
+    let remembered = inner.store.as_ref().and_then(|s| s.get(&session_uri));
+    let scheme = remembered
+        .as_ref()
+        .map(|r| r.provider.as_str())
+        .unwrap_or(scheme);
+    let id = match &remembered {
+        Some(r) => r.backend_id.clone(),
+        None => backend_id_of(&session_uri).unwrap_or_default(),
+    };
     if id.is_empty() {
         return Err(RpcError::session_not_found(channel));
     }
@@ -251,22 +263,54 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             continue;
         };
         let turns = agent.transcript(&id).await.unwrap_or_default();
-        let dir = row
-            .working_directories
-            .first()
-            .and_then(|d| util::path_of(d));
-        let (schema, values) = crate::config::resolve(agent.as_ref(), dir.as_deref(), None)?;
+        let provider = agent.descriptor().provider;
+        let record = remembered
+            .clone()
+            .or_else(|| inner.store.as_ref().and_then(|s| s.by_id(&provider, &id)));
+        let mut dirs = row.working_directories.clone();
+        if dirs.is_empty()
+            && let Some(r) = &record
+        {
+            dirs = r.working_directories.clone();
+        }
+        let dir = dirs.first().and_then(|d| util::path_of(d));
+        let config = match record.as_ref().map(|r| &r.config) {
+            Some(values) => crate::config::resolve(agent.as_ref(), dir.as_deref(), Some(values))
+                .or_else(|e| {
+                    tracing::warn!(
+                        session = %session_uri,
+                        "the remembered configuration is refused now ({}); using the defaults",
+                        e.message
+                    );
+                    crate::config::resolve(agent.as_ref(), dir.as_deref(), None)
+                })?,
+            None => crate::config::resolve(agent.as_ref(), dir.as_deref(), None)?,
+        };
+        let (schema, values) = config;
+        let mut status = SessionStatus::Idle.bits();
+        if let Some(r) = &record {
+            if r.is_read {
+                status |= SessionStatus::IsRead.bits();
+            }
+            if r.is_archived {
+                status |= SessionStatus::IsArchived.bits();
+            }
+        }
+        let chosen = record.as_ref().and_then(|r| r.title.clone());
         let init = Init {
             uri: session_uri.clone(),
             backend_id: id.clone(),
-            title: row.title.clone(),
-            status: SessionStatus::Idle.bits(),
+            title_locked: chosen.is_some(),
+            title: chosen.unwrap_or_else(|| row.title.clone()),
+            status,
             lifecycle: SessionLifecycle::Ready,
             config: SessionConfigState { schema, values },
-            working_directories: (!row.working_directories.is_empty())
-                .then(|| row.working_directories.clone()),
+            working_directories: (!dirs.is_empty()).then_some(dirs),
             working_directory: dir,
-            created_at: row.created_at.clone(),
+            created_at: record
+                .as_ref()
+                .map(|r| r.created_at.clone())
+                .unwrap_or_else(|| row.created_at.clone()),
             turns,
             resume: true,
             ready: true,
@@ -303,12 +347,18 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
             (e.provider, e.backend_id, e.summary.is_some())
         }
         None => {
-            // A past session from the catalogue.
-            let scheme = uri
-                .split_once(':')
-                .map(|(s, _)| s.to_owned())
-                .unwrap_or_default();
-            let id = backend_id_of(uri).unwrap_or_default();
+            // A past session from the catalogue, under a remembered spelling or
+            // `<provider>:/<id>`.
+            let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+            let (scheme, id) = match remembered {
+                Some(r) => (r.provider, r.backend_id),
+                None => (
+                    uri.split_once(':')
+                        .map(|(s, _)| s.to_owned())
+                        .unwrap_or_default(),
+                    backend_id_of(uri).unwrap_or_default(),
+                ),
+            };
             let agent = inner
                 .agent(Some(&scheme))
                 .ok_or_else(|| RpcError::session_not_found(uri))?;
@@ -327,6 +377,10 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
                 )));
             }
         }
+    }
+    if let Some(store) = &inner.store {
+        store.forget(uri);
+        store.forget_id(&provider, &backend_id);
     }
     let removed = SessionRemovedParams {
         channel: root::ROOT.to_owned(),

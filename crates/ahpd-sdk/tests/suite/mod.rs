@@ -7,4 +7,5 @@ mod paging;
 mod reconnect;
 mod robustness;
 mod rules;
+mod store;
 mod support;

@@ -1,0 +1,341 @@
+//! [`FileSessionStore`]: the session store as one JSON file, readable only by its owner and
+//! replaced atomically on every save, so a crash at any moment leaves either the old file or
+//! the new one.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ports::{SessionRecord, SessionStore, SessionStoreError};
+
+/// The file format version this host writes and reads.
+const VERSION: u64 = 1;
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    version: u64,
+    sessions: &'a [SessionRecord],
+}
+
+#[derive(Deserialize)]
+struct FileIn {
+    version: u64,
+    #[serde(default)]
+    sessions: Vec<SessionRecord>,
+}
+
+/// A [`SessionStore`] kept in one JSON file (mode `0600` on Unix):
+/// `{"version": 1, "sessions": [...]}`.
+///
+/// Reading never loses data: a file that is not a session store is moved aside to
+/// `<file>.corrupt-<unix millis>` (and the host starts with no remembered sessions); a file
+/// that cannot be read at all, or that a newer host wrote, is left alone and never written
+/// over in this run. Every save goes to a temporary file in the same folder, is flushed to
+/// disk, then renamed over the store.
+#[derive(Debug)]
+pub struct FileSessionStore {
+    path: PathBuf,
+    /// Set when reading failed in a way that makes writing unsafe: the reason.
+    blocked: Mutex<Option<String>>,
+    temp_counter: AtomicU64,
+}
+
+impl FileSessionStore {
+    /// A store at `path`. Creates the parent folder when it is missing (mode `0700` on Unix).
+    /// Fails when `path` is a folder or its parent cannot be created; a missing file is fine
+    /// (the store starts empty).
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, SessionStoreError> {
+        let path = path.into();
+        if path.is_dir() {
+            return Err(SessionStoreError::BadPath {
+                path,
+                reason: "it is a folder".into(),
+            });
+        }
+        if path.file_name().is_none() {
+            return Err(SessionStoreError::BadPath {
+                path,
+                reason: "it names no file".into(),
+            });
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            create_private_dir(parent).map_err(|e| SessionStoreError::BadPath {
+                path: path.clone(),
+                reason: format!("its folder could not be created: {e}"),
+            })?;
+        }
+        Ok(Self {
+            path,
+            blocked: Mutex::new(None),
+            temp_counter: AtomicU64::new(0),
+        })
+    }
+
+    /// The file this store reads and writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn block(&self, reason: String) {
+        if let Ok(mut b) = self.blocked.lock() {
+            *b = Some(reason);
+        }
+    }
+
+    fn set_aside(&self, reason: String) -> SessionStoreError {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".corrupt-{millis}"));
+        let moved_to = PathBuf::from(name);
+        match fs::rename(&self.path, &moved_to) {
+            Ok(()) => SessionStoreError::Corrupt {
+                path: self.path.clone(),
+                moved_to,
+                reason,
+            },
+            Err(e) => {
+                // It could not be moved: keep it where it is and write nothing over it.
+                let err = SessionStoreError::Read {
+                    path: self.path.clone(),
+                    source: std::io::Error::other(format!(
+                        "its contents are not a session store ({reason}) and moving it aside \
+                         failed ({e})"
+                    )),
+                };
+                self.block(err.to_string());
+                err
+            }
+        }
+    }
+}
+
+impl SessionStore for FileSessionStore {
+    fn load(&self) -> Result<Vec<SessionRecord>, SessionStoreError> {
+        let bytes = match fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                let err = SessionStoreError::Read {
+                    path: self.path.clone(),
+                    source,
+                };
+                self.block(err.to_string());
+                return Err(err);
+            }
+        };
+        // A file cut to nothing (a full disk before the first save) holds no sessions.
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Vec::new());
+        }
+        let file: FileIn = match serde_json::from_slice(&bytes) {
+            Ok(f) => f,
+            Err(e) => return Err(self.set_aside(e.to_string())),
+        };
+        if file.version > VERSION {
+            let err = SessionStoreError::NewerVersion {
+                path: self.path.clone(),
+                version: file.version,
+            };
+            self.block(err.to_string());
+            return Err(err);
+        }
+        if file.version == 0 {
+            return Err(self.set_aside("version 0 is not a session store version".into()));
+        }
+        Ok(file.sessions)
+    }
+
+    fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
+        if let Some(reason) = self.blocked.lock().ok().and_then(|b| b.clone()) {
+            return Err(SessionStoreError::Refused {
+                path: self.path.clone(),
+                reason,
+            });
+        }
+        let text = serde_json::to_vec_pretty(&FileOut {
+            version: VERSION,
+            sessions: records,
+        })
+        .map_err(|e| SessionStoreError::Other(e.to_string()))?;
+        let write_err = |source| SessionStoreError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let dir = self
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        let temp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
+        let result = (|| {
+            let mut f = private_file(&temp)?;
+            f.write_all(&text)?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&temp, &self.path)?;
+            // Make the rename itself durable; a folder that cannot be synced is not an error.
+            if let Ok(d) = fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        result.map_err(write_err)
+    }
+}
+
+#[cfg(unix)]
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+#[cfg(unix)]
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn record(uri: &str) -> SessionRecord {
+        SessionRecord {
+            uri: uri.into(),
+            provider: "mock".into(),
+            backend_id: "abc".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            title: Some("Mine".into()),
+            is_read: true,
+            is_archived: false,
+            config: serde_json::from_str(r#"{"permissionMode":"plan"}"#).unwrap(),
+            working_directories: vec!["file:///tmp".into()],
+        }
+    }
+
+    #[test]
+    fn saves_and_loads_with_owner_only_permissions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested").join("sessions.json");
+        let store = FileSessionStore::open(&path).unwrap();
+        assert!(store.load().unwrap().is_empty(), "a missing file is empty");
+        store.save(&[record("mock:/abc")]).unwrap();
+        assert_eq!(store.load().unwrap(), vec![record("mock:/abc")]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("sessions.json")]);
+    }
+
+    #[test]
+    fn a_corrupt_file_is_set_aside_whole_and_the_store_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json");
+        fs::write(&path, b"{\"version\": 1, \"sessions\": [ {oops").unwrap();
+        let store = FileSessionStore::open(&path).unwrap();
+        let err = store.load().unwrap_err();
+        let SessionStoreError::Corrupt { moved_to, .. } = &err else {
+            panic!("expected Corrupt, got {err}");
+        };
+        assert!(err.to_string().contains("sessions.json"), "{err}");
+        assert_eq!(
+            fs::read(moved_to).unwrap(),
+            b"{\"version\": 1, \"sessions\": [ {oops"
+        );
+        store.save(&[record("mock:/abc")]).unwrap();
+        assert_eq!(store.load().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_newer_file_is_never_written_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json");
+        fs::write(&path, br#"{"version": 9, "sessions": []}"#).unwrap();
+        let store = FileSessionStore::open(&path).unwrap();
+        assert!(matches!(
+            store.load(),
+            Err(SessionStoreError::NewerVersion { version: 9, .. })
+        ));
+        let err = store.save(&[record("mock:/abc")]).unwrap_err();
+        assert!(matches!(err, SessionStoreError::Refused { .. }), "{err}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            br#"{"version": 9, "sessions": []}"#
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_unreadable_file_is_never_written_over() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json");
+        fs::write(&path, br#"{"version": 1, "sessions": []}"#).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
+        let store = FileSessionStore::open(&path).unwrap();
+        if fs::read(&path).is_ok() {
+            // Running as root: permissions do not stop reads, so there is nothing to test.
+            return;
+        }
+        assert!(matches!(store.load(), Err(SessionStoreError::Read { .. })));
+        assert!(matches!(
+            store.save(&[]),
+            Err(SessionStoreError::Refused { .. })
+        ));
+    }
+
+    #[test]
+    fn a_folder_is_not_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = FileSessionStore::open(dir.path()).unwrap_err();
+        assert!(matches!(err, SessionStoreError::BadPath { .. }));
+    }
+}
