@@ -4,12 +4,10 @@
 use std::sync::Arc;
 
 use ahp_types::actions::*;
-use ahp_types::commands::CreateChatParams;
 use ahp_types::state::*;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
-use crate::actor::{Actor, Backend, PendingKind, chat_summary_of, empty_chat};
+use crate::actor::{Actor, Backend, PendingKind};
 use crate::agent::{ApprovalOutcome, InputOutcome, TurnRequest};
 use crate::error::RpcError;
 use crate::session::ConnRef;
@@ -469,88 +467,6 @@ impl Actor {
             client_id: None,
         };
         self.begin(chat, req);
-    }
-
-    /// `createChat` (§7.6).
-    pub(crate) fn create_chat(
-        &mut self,
-        conn: ConnRef,
-        params: CreateChatParams,
-        reply: oneshot::Sender<Result<(), RpcError>>,
-    ) {
-        let caps = self
-            .agent
-            .descriptor()
-            .capabilities
-            .and_then(|c| c.multiple_chats);
-        let Some(caps) = caps else {
-            let _ = reply.send(Err(RpcError::invalid_params(
-                "this agent serves one chat per session",
-            )));
-            return;
-        };
-        if !params.chat.starts_with("ahp-chat:")
-            || self.chats.contains_key(params.chat.as_str())
-            || crate::session::mailbox(&self.inner, &params.chat).is_some()
-        {
-            let _ = reply.send(Err(RpcError::invalid_params(
-                "chat must be an unused ahp-chat: URI",
-            )));
-            return;
-        }
-        match &params.source {
-            Some(ahp_types::commands::ChatSource::Fork(_)) if caps.fork != Some(true) => {
-                let _ = reply.send(Err(RpcError::invalid_params(
-                    "this agent cannot fork chats",
-                )));
-                return;
-            }
-            Some(ahp_types::commands::ChatSource::SideChat(_)) if caps.side_chat != Some(true) => {
-                let _ = reply.send(Err(RpcError::invalid_params(
-                    "this agent does not offer side chats",
-                )));
-                return;
-            }
-            _ => {}
-        }
-        let title = self.state.title.clone();
-        let state = empty_chat(&params.chat, &title);
-        let backend_id = uuid::Uuid::new_v4().to_string();
-        let mut slot = self.new_chat(&params.chat, state, backend_id, false);
-        slot.backend = Backend::Creating(Vec::new());
-        let uri = slot.uri.clone();
-        let summary = chat_summary_of(&slot.state);
-        self.chats.insert(uri.clone(), slot);
-        if let Ok(mut reg) = self.inner.registry.lock() {
-            reg.chats.insert(params.chat.clone(), self.uri.to_string());
-        }
-        self.apply_session(
-            &StateAction::SessionChatAdded(SessionChatAddedAction { summary }),
-            None,
-        );
-        self.spawn_create(uri.clone(), None);
-        if let Some(message) = params.initial_message {
-            let turn_id = uuid::Uuid::new_v4().to_string();
-            let started = StateAction::ChatTurnStarted(ChatTurnStartedAction {
-                turn_id: turn_id.clone(),
-                started_at: util::now_iso(),
-                message: message.clone(),
-                queued_message_id: None,
-                meta: None,
-            });
-            self.apply_chat(&uri, &started, None);
-            self.begin(
-                &uri,
-                TurnRequest {
-                    turn_id,
-                    message,
-                    queued_message_id: None,
-                    settings: self.settings(),
-                    client_id: Some(conn.client_id),
-                },
-            );
-        }
-        let _ = reply.send(Ok(()));
     }
 
     /// `fetchTurns` (§7.7): publish `chat/turnsLoaded` before the reply.

@@ -54,6 +54,7 @@ pub mod util;
 mod actor;
 mod backend;
 mod catalogue;
+mod chats;
 mod coalesce;
 mod commands;
 mod config;

@@ -82,9 +82,13 @@ struct Stored {
 /// `error` (a resumable error; resuming succeeds), `hang` (runs until cancelled), `panic`
 /// (panics in `begin`), `client-tool` (runs the first tool an active client offers), `deltas:<n>` (`n` one-character deltas); anything else is answered in
 /// five chunks.
+///
+/// Its chats can fork (`multipleChats.fork`); every fork it is asked to open is recorded (see
+/// [`ScriptedAgent::forks`]).
 #[derive(Clone, Default)]
 pub struct ScriptedAgent {
     store: Arc<Mutex<HashMap<String, Stored>>>,
+    forks: Arc<Mutex<Vec<(String, ForkFrom)>>>,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -110,6 +114,11 @@ impl ScriptedAgent {
     /// An agent with an empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The chat URI and source of every chat this agent opened as a fork, in order.
+    pub fn forks(&self) -> Vec<(String, ForkFrom)> {
+        self.forks.lock().map(|f| f.clone()).unwrap_or_default()
     }
 
     /// Store a past conversation of `turns` complete turns under `id`.
@@ -168,7 +177,10 @@ impl Agent for ScriptedAgent {
         let mut d = AgentDescriptor::new("mock", "Mock");
         d.description = "A scripted agent for tests".into();
         d.capabilities = Some(AgentCapabilities {
-            multiple_chats: Some(MultipleChatsCapability::default()),
+            multiple_chats: Some(MultipleChatsCapability {
+                fork: Some(true),
+                ..MultipleChatsCapability::default()
+            }),
             multiple_working_directories: None,
         });
         d
@@ -213,6 +225,11 @@ impl Agent for ScriptedAgent {
                 "{} is not a folder",
                 dir.display()
             )));
+        }
+        if let Some(fork) = &start.fork
+            && let Ok(mut f) = self.forks.lock()
+        {
+            f.push((start.chat_uri.clone(), fork.clone()));
         }
         Ok(Box::new(ScriptedSession {
             id: start.backend_id,
@@ -487,6 +504,13 @@ impl Session for ScriptedSession {
 
     fn configure(&mut self, _changes: &JsonObject) -> Result<(), Refusal> {
         Ok(())
+    }
+
+    fn fork_point(&self, turn_id: &str) -> Option<ForkPoint> {
+        Some(ForkPoint {
+            turn_id: turn_id.to_owned(),
+            data: serde_json::json!({"conversation": self.id}),
+        })
     }
 
     fn resume_turn(&mut self, turn_id: &str) -> Result<(), Refusal> {

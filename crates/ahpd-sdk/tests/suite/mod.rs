@@ -1,3 +1,4 @@
+mod chats;
 mod conversation;
 mod extension;
 mod handshake;
