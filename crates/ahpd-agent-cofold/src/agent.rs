@@ -359,6 +359,13 @@ impl Agent for CofoldAgent {
             }
         };
         let copapo = read_copapo(&self.core.env, Some(&workspace));
+        // A conversation read back may end in a run that waits on a person (engine.md §4.10).
+        let paused = match (&start.resume, &start.fork) {
+            (Some(_), None) => {
+                crate::session::read_paused(self.core.store.as_ref(), &start.backend_id).await
+            }
+            _ => None,
+        };
         Ok(Box::new(CofoldSession::new(
             self.core.clone(),
             start.ctx.clone(),
@@ -366,6 +373,7 @@ impl Agent for CofoldAgent {
             workspace,
             copapo,
             start.settings.clone(),
+            paused,
         )))
     }
 

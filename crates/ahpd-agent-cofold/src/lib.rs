@@ -26,7 +26,7 @@ pub use options::{
     record_schema,
 };
 pub use plugin::{CofoldEngine, CofoldPlugin, plugin};
-pub use session::CofoldSession;
+pub use session::{CofoldSession, REPLACED};
 
 /// The plugin's package name, as the upstream daemon names it.
 pub const PLUGIN_NAME: &str = "@ahpd/agent-cofold";

@@ -5,6 +5,7 @@ mod history;
 mod host_tools;
 mod models;
 mod options;
+mod reopen;
 mod support;
 mod tools;
 mod turns;

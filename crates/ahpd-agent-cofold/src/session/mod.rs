@@ -23,6 +23,10 @@ use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
 use crate::turns::{Carry, TurnMapper};
 
+mod reopen;
+pub use reopen::REPLACED;
+pub(crate) use reopen::{Paused, read_paused};
+
 /// Reason a stopped turn's run is cancelled with.
 pub const STOP_REASON: &str = "the client stopped the turn";
 /// Reason a closed session's run is cancelled with.
@@ -46,6 +50,26 @@ struct Finished {
     carry: Carry,
 }
 
+/// A turn's agent, built and ready to run.
+struct Prepared {
+    built: crate::build::TurnAgent,
+    options: RunOptions,
+    mapper: TurnMapper,
+    edits: Option<OpenEdits>,
+}
+
+/// What the task following one run holds.
+struct Follow {
+    handle: RunHandle,
+    mapper: TurnMapper,
+    shown: Arc<AtomicBool>,
+    edits: Option<OpenEdits>,
+    /// Open approval requests → their call ids (a reopened run starts with its pending one).
+    requests: HashMap<String, String>,
+    /// The run was reattached after a restart rather than started.
+    reopened: bool,
+}
+
 /// A turn waiting to run, with the counters of an earlier attempt when it is a resume.
 type Waiting = (TurnRequest, Arc<AtomicBool>, Option<Carry>);
 
@@ -61,6 +85,9 @@ struct State {
     cut_points: HashMap<String, String>,
     /// A cut the store refused: the next turn fails with it.
     refused_cut: Option<String>,
+    /// The conversation's run that waits on a person, until the host's first call decides
+    /// whether it is reopened or replaced.
+    reopen: Option<Paused>,
 }
 
 /// Shared by the session object and its run tasks.
@@ -87,6 +114,7 @@ impl CofoldSession {
         workspace: PathBuf,
         copapo: Copapo,
         settings: serde_json::Map<String, Value>,
+        paused: Option<Paused>,
     ) -> CofoldSession {
         CofoldSession {
             core: Arc::new(Core {
@@ -95,7 +123,10 @@ impl CofoldSession {
                 backend_id,
                 workspace,
                 copapo,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    reopen: paused,
+                    ..State::default()
+                }),
                 settings: Mutex::new(settings),
             }),
         }
@@ -114,6 +145,8 @@ impl Core {
         if state.closed {
             return;
         }
+        // A run paused before a restart that nothing reopened yet: this turn takes its place.
+        self.reopen(&mut state, Some(&turn));
         // Only the newest turn is shown: everything in front goes quiet.
         if let Some(running) = &state.running {
             running.shown.store(false, Ordering::SeqCst);
@@ -136,80 +169,88 @@ impl Core {
         shown: Arc<AtomicBool>,
         carry: Option<Carry>,
     ) {
-        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        let steers = Arc::new(Mutex::new(VecDeque::new()));
         let prepared = match state.refused_cut.take() {
             Some(sentence) => Err(sentence),
             None => self.prepare(&turn),
         };
-        let handle = match prepared {
-            Ok((handle, mut mapper, edits)) => {
+        match prepared {
+            Ok(prepared) => {
+                let handle = run(&prepared.built.agent, prepared.options);
+                let mut mapper = prepared.mapper;
                 if let Some(counters) = carry {
                     mapper.continue_from(counters);
                 }
-                let request = turn.clone();
-                let task_core = self.clone();
-                let task_handle = handle.clone();
-                let task_shown = shown.clone();
-                let task_steers = steers.clone();
-                let turn_id = turn.turn_id.clone();
-                tokio::spawn(async move {
-                    let (resumable, carry, ending) = task_core
-                        .clone()
-                        .follow(turn_id, task_handle, mapper, task_shown, task_steers, edits)
-                        .await;
-                    let last_message = task_core
-                        .agent
-                        .store
-                        .list_messages(&task_core.backend_id, Some(1))
-                        .await
-                        .ok()
-                        .and_then(|m| m.last().map(|m| m.id.clone()));
-                    let _ = done_tx.send(true);
-                    task_core.finished(
-                        Finished {
-                            turn: request,
-                            last_message,
-                            resumable,
-                            carry,
-                        },
-                        ending,
-                    );
-                });
-                Some(handle)
+                self.launch(
+                    state,
+                    turn,
+                    Follow {
+                        handle,
+                        mapper,
+                        shown,
+                        edits: prepared.edits,
+                        requests: HashMap::new(),
+                        reopened: false,
+                    },
+                );
             }
             Err(sentence) => {
                 if shown.load(Ordering::SeqCst) {
                     self.ctx
                         .emit(act::turn_error(&turn.turn_id, 0, &sentence, false));
                 }
-                let _ = done_tx.send(true);
-                None
+                // Nothing runs; the next waiting turn may go at once. A turn that never ran
+                // carries no resume.
+                state.running = None;
+                state.last = None;
+                if let Some((next, shown, carry)) = state.waiting.pop_front() {
+                    self.start(state, next, shown, carry);
+                }
             }
-        };
-        if handle.is_none() {
-            // Nothing runs; the next waiting turn may go at once. A turn that never ran
-            // carries no resume.
-            state.running = None;
-            state.last = None;
-            if let Some((next, shown, carry)) = state.waiting.pop_front() {
-                self.start(state, next, shown, carry);
-            }
-            return;
         }
+    }
+
+    /// Follows a started (or reattached) run on a task of its own until it ends, then lets the
+    /// next waiting turn go.
+    fn launch(self: &Arc<Self>, state: &mut State, turn: TurnRequest, follow: Follow) {
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        let steers = Arc::new(Mutex::new(VecDeque::new()));
+        let handle = follow.handle.clone();
+        let shown = follow.shown.clone();
+        let task_core = self.clone();
+        let task_steers = steers.clone();
+        tokio::spawn(async move {
+            let (resumable, carry, ending) = task_core
+                .clone()
+                .follow(turn.turn_id.clone(), follow, task_steers)
+                .await;
+            let last_message = task_core
+                .agent
+                .store
+                .list_messages(&task_core.backend_id, Some(1))
+                .await
+                .ok()
+                .and_then(|m| m.last().map(|m| m.id.clone()));
+            let _ = done_tx.send(true);
+            task_core.finished(
+                Finished {
+                    turn,
+                    last_message,
+                    resumable,
+                    carry,
+                },
+                ending,
+            );
+        });
         state.running = Some(Running {
-            handle,
+            handle: Some(handle),
             shown,
             steers,
             done: done_rx,
         });
     }
 
-    /// Builds the turn's agent and starts its run.
-    fn prepare(
-        self: &Arc<Self>,
-        turn: &TurnRequest,
-    ) -> Result<(RunHandle, TurnMapper, Option<OpenEdits>), String> {
+    /// Builds the turn's agent, its run's options and the mapping of its events.
+    fn prepare(self: &Arc<Self>, turn: &TurnRequest) -> Result<Prepared, String> {
         let mut settings = lock(&self.settings).clone();
         for (k, v) in &turn.settings {
             settings.insert(k.clone(), v.clone());
@@ -301,24 +342,34 @@ impl Core {
         );
         mapper.set_client_tools(client_names);
         mapper.set_host_tools(crate::host_tools::display_names(host_tools));
-        Ok((run(&built.agent, options), mapper, edits))
+        Ok(Prepared {
+            built,
+            options,
+            mapper,
+            edits,
+        })
     }
 
     /// Follows one run's events to its end, emitting while the turn is shown.
     async fn follow(
         self: Arc<Self>,
         turn_id: String,
-        handle: RunHandle,
-        mut mapper: TurnMapper,
-        shown: Arc<AtomicBool>,
+        follow: Follow,
         steers: Arc<Mutex<VecDeque<String>>>,
-        edits: Option<OpenEdits>,
     ) -> (bool, Carry, Vec<ahp_types::actions::StateAction>) {
+        let Follow {
+            handle,
+            mut mapper,
+            shown,
+            edits,
+            mut requests,
+            reopened,
+        } = follow;
         let mut failed = false;
         let mut ending = Vec::new();
         let mut events = Box::pin(handle.events());
-        let mut requests: HashMap<String, String> = HashMap::new();
-        let mut first = true;
+        // A reopened run already said its activity; it has no start of its own to announce.
+        let mut first = !reopened;
         while let Some(event) = events.next().await {
             let visible = shown.load(Ordering::SeqCst);
             if first {
@@ -329,60 +380,15 @@ impl Core {
                 }
             }
             match &event.body {
-                EventBody::ApprovalRequested {
-                    request_id,
-                    call_id,
-                    name,
-                    input: _,
-                    prompt,
-                } => {
-                    requests.insert(request_id.clone(), call_id.clone());
-                    let view = mapper.title_of(call_id).cloned().unwrap_or_default();
-                    let request = ApprovalRequest {
-                        turn_id: turn_id.clone(),
-                        tool_call_id: mapper.shown_id(call_id),
-                        invocation_message: StringOrMarkdown::Plain(view.title.clone()),
-                        tool_input: view
-                            .tool_input
-                            .clone()
-                            .map(ahp_types::state::ToolInput::Inline),
-                        confirmation_title: Some(StringOrMarkdown::Plain(
-                            prompt.clone().unwrap_or_else(|| format!("Run {name}?")),
-                        )),
-                        edits: None,
-                    };
-                    self.spawn_approval(
-                        handle.clone(),
-                        request_id.clone(),
-                        request,
-                        edits.clone().map(|e| (e, call_id.clone())),
+                EventBody::ApprovalRequested { .. } | EventBody::InputRequested { .. } => {
+                    self.raise(
+                        &handle,
+                        &event.body,
+                        &mapper,
+                        &turn_id,
+                        &mut requests,
+                        &edits,
                     );
-                }
-                EventBody::InputRequested {
-                    request_id,
-                    questions,
-                    ..
-                } => {
-                    let ctx = self.ctx.clone();
-                    let handle = handle.clone();
-                    let request = asks::input_request(request_id, questions);
-                    let request_id = request_id.clone();
-                    let turn = turn_id.clone();
-                    tokio::spawn(async move {
-                        let outcome = ctx.ask_input(&turn, request).await;
-                        let command = match outcome.response {
-                            ChatInputResponseKind::Accept => Command::Answer {
-                                request_id,
-                                answers: asks::answers_value(outcome.answers.as_ref()),
-                            },
-                            ChatInputResponseKind::Decline => Command::Deny {
-                                request_id,
-                                reason: Some(DECLINED.to_owned()),
-                            },
-                            _ => return,
-                        };
-                        let _ = handle.submit(command).await;
-                    });
                 }
                 EventBody::ApprovalResolved {
                     request_id,
@@ -432,6 +438,76 @@ impl Core {
             }
         }
         (failed && mapper.failed_in_model(), mapper.carry(), ending)
+    }
+
+    /// Puts a run's approval or question to the host and hands the answer back to the run.
+    fn raise(
+        &self,
+        handle: &RunHandle,
+        body: &EventBody,
+        mapper: &TurnMapper,
+        turn_id: &str,
+        requests: &mut HashMap<String, String>,
+        edits: &Option<OpenEdits>,
+    ) {
+        match body {
+            EventBody::ApprovalRequested {
+                request_id,
+                call_id,
+                name,
+                prompt,
+                ..
+            } => {
+                requests.insert(request_id.clone(), call_id.clone());
+                let view = mapper.title_of(call_id).cloned().unwrap_or_default();
+                let request = ApprovalRequest {
+                    turn_id: turn_id.to_owned(),
+                    tool_call_id: mapper.shown_id(call_id),
+                    invocation_message: StringOrMarkdown::Plain(view.title.clone()),
+                    tool_input: view
+                        .tool_input
+                        .clone()
+                        .map(ahp_types::state::ToolInput::Inline),
+                    confirmation_title: Some(StringOrMarkdown::Plain(
+                        prompt.clone().unwrap_or_else(|| format!("Run {name}?")),
+                    )),
+                    edits: None,
+                };
+                self.spawn_approval(
+                    handle.clone(),
+                    request_id.clone(),
+                    request,
+                    edits.clone().map(|e| (e, call_id.clone())),
+                );
+            }
+            EventBody::InputRequested {
+                request_id,
+                questions,
+                ..
+            } => {
+                let ctx = self.ctx.clone();
+                let handle = handle.clone();
+                let request = asks::input_request(request_id, questions);
+                let request_id = request_id.clone();
+                let turn = turn_id.to_owned();
+                tokio::spawn(async move {
+                    let outcome = ctx.ask_input(&turn, request).await;
+                    let command = match outcome.response {
+                        ChatInputResponseKind::Accept => Command::Answer {
+                            request_id,
+                            answers: asks::answers_value(outcome.answers.as_ref()),
+                        },
+                        ChatInputResponseKind::Decline => Command::Deny {
+                            request_id,
+                            reason: Some(DECLINED.to_owned()),
+                        },
+                        _ => return,
+                    };
+                    let _ = handle.submit(command).await;
+                });
+            }
+            _ => {}
+        }
     }
 
     /// The first turn of a conversation names the session (engine.md §4.9).
@@ -590,6 +666,14 @@ impl Core {
         }
     }
 
+    /// The host's first call other than a turn reopens a paused run (engine.md §4.10).
+    fn reopen_pending(self: &Arc<Self>) {
+        let mut state = lock(&self.state);
+        if state.reopen.is_some() && !state.closed {
+            self.reopen(&mut state, None);
+        }
+    }
+
     fn cancel_all(&self, reason: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
         let mut state = lock(&self.state);
         state.waiting.clear();
@@ -613,10 +697,12 @@ impl Session for CofoldSession {
     }
 
     fn cancel(&mut self, _turn_id: &str) {
+        self.core.reopen_pending();
         self.core.cancel_all(STOP_REASON);
     }
 
     fn steer(&mut self, message: PendingMessage) -> bool {
+        self.core.reopen_pending();
         let state = lock(&self.core.state);
         let Some(running) = &state.running else {
             return false;
@@ -642,6 +728,7 @@ impl Session for CofoldSession {
     }
 
     fn resume_turn(&mut self, turn_id: &str) -> Result<(), ahpd_sdk::Refusal> {
+        self.core.reopen_pending();
         let refusal = || {
             ahpd_sdk::Refusal::new(format!(
                 "{}: turn {turn_id} cannot be resumed",
@@ -665,6 +752,7 @@ impl Session for CofoldSession {
     }
 
     fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), ahpd_sdk::Refusal> {
+        self.core.reopen_pending();
         let id = &self.core.agent.id;
         let mut state = lock(&self.core.state);
         if state.running.is_some() || state.cutting {
@@ -704,17 +792,25 @@ impl Session for CofoldSession {
         changes: &serde_json::Map<String, Value>,
     ) -> Result<(), ahpd_sdk::Refusal> {
         crate::agent::check_config(&self.core.agent.id, changes)?;
-        let mut settings = lock(&self.core.settings);
-        for (k, v) in changes {
-            settings.insert(k.clone(), v.clone());
+        {
+            let mut settings = lock(&self.core.settings);
+            for (k, v) in changes {
+                settings.insert(k.clone(), v.clone());
+            }
         }
+        // A config change is what opens a session read back from the store.
+        self.core.reopen_pending();
         Ok(())
     }
 
     async fn close(&mut self) {
         let done = {
             let waiting = self.core.cancel_all(CLOSE_REASON);
-            lock(&self.core.state).closed = true;
+            let mut state = lock(&self.core.state);
+            state.closed = true;
+            // A paused run nothing reattached stays as it is in the store.
+            state.reopen = None;
+            drop(state);
             waiting
         };
         if let Some(mut done) = done {

@@ -1,0 +1,244 @@
+//! Reopening a run that was waiting on a person when the daemon stopped (engine.md §4.10).
+//!
+//! `create` reads the conversation's newest run; when it waits on a person, the session holds it
+//! until the host's first call. A turn handed first takes its place: the run is reattached
+//! unseen, its request denied with `The turn was replaced by a newer message`, and the turn runs
+//! once that run has ended. Any other first call reopens it: the turn is said again with its
+//! parts replayed from the stored events, the run is reattached with cofold's `resume()` after
+//! the last stored event, and the pending request is put to the host once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use ahp_types::actions::{ChatTurnStartedAction, StateAction};
+use ahp_types::state::{Message, MessageKind, MessageOrigin, ModelSelection};
+use ahpd_sdk::TurnRequest;
+use cofold_agents::event::{ApprovalDecision, Command, Event, EventBody};
+use cofold_agents::run::{ResumeOptions, resume};
+use cofold_agents::store::{RunRef, RunStatus, Store};
+
+use super::{Core, Follow, State};
+use crate::actions as act;
+
+/// What the newest run's request is answered with when a turn takes its place.
+pub const REPLACED: &str = "The turn was replaced by a newer message";
+
+/// A run of the conversation that waits on a person, as the store holds it.
+pub(crate) struct Paused {
+    run_id: String,
+    turn_id: String,
+    text: String,
+    started_at: String,
+    model: Option<String>,
+    events: Vec<Event>,
+}
+
+impl Paused {
+    /// The turn the run answers, as the host is handed turns.
+    fn turn(&self, settings: serde_json::Map<String, serde_json::Value>) -> TurnRequest {
+        TurnRequest {
+            turn_id: self.turn_id.clone(),
+            message: Message {
+                text: self.text.clone(),
+                origin: MessageOrigin {
+                    kind: MessageKind::User,
+                },
+                attachments: None,
+                model: self
+                    .model
+                    .clone()
+                    .map(|id| ModelSelection { id, config: None }),
+                agent: None,
+                meta: None,
+            },
+            queued_message_id: None,
+            settings,
+            client_id: None,
+        }
+    }
+
+    /// The request still open at the end of the stored events.
+    fn pending(&self) -> Option<&EventBody> {
+        let mut answered = HashSet::new();
+        for event in self.events.iter().rev() {
+            match &event.body {
+                EventBody::ApprovalResolved { request_id, .. }
+                | EventBody::InputResolved { request_id, .. }
+                | EventBody::InputDeclined { request_id, .. } => {
+                    answered.insert(request_id.clone());
+                }
+                EventBody::ApprovalRequested { request_id, .. }
+                | EventBody::InputRequested { request_id, .. }
+                    if !answered.contains(request_id) =>
+                {
+                    return Some(&event.body);
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.events.last().map_or(0, |e| e.seq)
+    }
+}
+
+/// The conversation's newest run when it waits on a person. A store that cannot say is read as
+/// having none: the session then works as if nothing were paused.
+pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<Paused> {
+    let runs = store.list_runs(session_id, None).await.ok()?;
+    let newest = runs.into_iter().max_by(|a, b| {
+        a.created_at
+            .to_string()
+            .cmp(&b.created_at.to_string())
+            .then(a.updated_at.to_string().cmp(&b.updated_at.to_string()))
+    })?;
+    if newest.status != RunStatus::Awaiting {
+        return None;
+    }
+    let turn_id = newest.input_message_id.clone()?;
+    let run = RunRef {
+        session_id: session_id.to_owned(),
+        run_id: newest.run_id.clone(),
+    };
+    let events = store.list_events(&run, None).await.ok()?;
+    let messages = store.list_messages(session_id, None).await.ok()?;
+    let input = messages.iter().find(|m| m.id == turn_id)?;
+    Some(Paused {
+        run_id: newest.run_id,
+        turn_id,
+        text: cofold_agents::message::text_of(input),
+        started_at: input.created_at.to_string(),
+        model: newest.model,
+        events,
+    })
+}
+
+impl Core {
+    /// Reattaches the paused run, if the session still holds one. `replaced_by` is the turn the
+    /// host handed first, which takes the run's place; without it the run's turn is said again.
+    pub(super) fn reopen(self: &Arc<Self>, state: &mut State, replaced_by: Option<&TurnRequest>) {
+        let Some(paused) = state.reopen.take() else {
+            return;
+        };
+        let settings = super::lock(&self.settings).clone();
+        let turn = paused.turn(settings);
+        let shown = replaced_by.is_none();
+        let prepared = match self.prepare(&turn) {
+            Ok(prepared) => prepared,
+            Err(sentence) => {
+                // Nothing can reattach the run; say why on its turn when it is the one shown.
+                if shown {
+                    self.ctx.emit(started(&paused));
+                    self.ctx
+                        .emit(act::turn_error(&turn.turn_id, 0, &sentence, false));
+                }
+                return;
+            }
+        };
+        let handle = resume(
+            &prepared.built.agent,
+            ResumeOptions {
+                session_id: self.backend_id.clone(),
+                run_id: paused.run_id.clone(),
+                after_seq: Some(paused.last_seq()),
+            },
+        );
+        let mut mapper = prepared.mapper;
+        let mut requests: HashMap<String, String> = HashMap::new();
+        if shown {
+            self.ctx.emit(started(&paused));
+        }
+        // The stored events rebuild the turn's parts; their asks were put before the restart.
+        for event in &paused.events {
+            match &event.body {
+                EventBody::ApprovalRequested {
+                    request_id,
+                    call_id,
+                    ..
+                } => {
+                    requests.insert(request_id.clone(), call_id.clone());
+                }
+                EventBody::ApprovalResolved {
+                    request_id,
+                    decision,
+                    ..
+                } => {
+                    if let Some(call_id) = requests.remove(request_id) {
+                        match decision {
+                            ApprovalDecision::Approve => mapper.mark_approved(&call_id),
+                            ApprovalDecision::Deny => mapper.forget_call(&call_id),
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let actions = mapper.map(event);
+            if shown {
+                for action in actions {
+                    self.ctx.emit(action);
+                }
+            }
+        }
+        let pending = paused.pending().cloned();
+        if shown {
+            self.ctx.emit(act::activity(Some("Waiting on you")));
+        }
+        match (&pending, replaced_by) {
+            (Some(body), None) => {
+                self.raise(
+                    &handle,
+                    body,
+                    &mapper,
+                    &turn.turn_id,
+                    &mut requests,
+                    &prepared.edits,
+                );
+            }
+            (Some(body), Some(_)) => {
+                let request_id = match body {
+                    EventBody::ApprovalRequested { request_id, .. }
+                    | EventBody::InputRequested { request_id, .. } => request_id.clone(),
+                    _ => String::new(),
+                };
+                // `resume()` takes the answer before it has finished reading the run.
+                let handle = handle.clone();
+                tokio::spawn(async move {
+                    let deny = Command::Deny {
+                        request_id,
+                        reason: Some(REPLACED.to_owned()),
+                    };
+                    if let Err(error) = handle.submit(deny).await {
+                        tracing::warn!("the replaced run's request stays open: {}", error.message);
+                    }
+                });
+            }
+            (None, _) => {}
+        }
+        self.launch(
+            state,
+            turn,
+            Follow {
+                handle,
+                mapper,
+                shown: Arc::new(AtomicBool::new(shown)),
+                edits: prepared.edits,
+                requests,
+                reopened: true,
+            },
+        );
+    }
+}
+
+/// The reopened turn said again, as it started.
+fn started(paused: &Paused) -> StateAction {
+    StateAction::ChatTurnStarted(ChatTurnStartedAction {
+        turn_id: paused.turn_id.clone(),
+        started_at: paused.started_at.clone(),
+        message: paused.turn(serde_json::Map::new()).message,
+        queued_message_id: None,
+        meta: None,
+    })
+}

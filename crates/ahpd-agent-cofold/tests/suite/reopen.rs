@@ -1,0 +1,319 @@
+//! A run waiting on a person when the daemon stops, reopened or replaced after the restart
+//! (engine.md §4.10; §9 items 60, 68–71).
+//!
+//! The first "daemon" runs on a runtime of its own, shut down once the run is paused: its tasks
+//! are dropped mid-wait as a stopped process leaves them, and the paused run stays in the file
+//! store. The second one opens the same store.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahp_types::actions::StateAction;
+use ahpd_agent_cofold::{CofoldAgent, REPLACED};
+use ahpd_sdk::agent::{ApprovalOutcome, ContextEvent, ContextProbe, SessionStart};
+use ahpd_sdk::{Agent, Session, SessionContext};
+use cofold_agents::store::{RunStatus, Store};
+use cofold_store_file::{FileStore, FileStoreOptions};
+use serde_json::{Value, json};
+
+use super::support::*;
+
+fn options(store: &Path, ep: &testkit::Endpoint) -> Value {
+    json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" })
+}
+
+/// Runs turn `t1` in a daemon of its own until it waits for an approval, then stops that daemon.
+async fn pause_then_stop(place: &Place, options: Value, id: &str) {
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let embedder = place.embedder();
+    let work = place.work.clone();
+    let id = id.to_owned();
+    runtime.spawn(async move {
+        let th = host(vec![Arc::new(agent(options, embedder))]).await;
+        let mut w = Watch::create(
+            &th,
+            "cofold",
+            &id,
+            Some(&work),
+            json!({ "permissionMode": "default" }),
+        )
+        .await;
+        w.send("t1", "write a.txt").await;
+        w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+            .await;
+        let _ = paused_tx.send(());
+        // Everything stays as it is until the runtime is shut down under it.
+        let _kept = (th, w);
+        std::future::pending::<()>().await;
+    });
+    paused_rx.await.expect("the first daemon paused its run");
+    // Waits for the file writes in flight to land, as the end of a process would.
+    tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(30)))
+        .await
+        .expect("the first daemon stops");
+}
+
+fn runs_of(store: &Path) -> FileStore {
+    FileStore::open(store.to_path_buf(), FileStoreOptions::default()).expect("store opens")
+}
+
+/// The second daemon's session over `id`, opened as the host opens one read back from the store.
+async fn reopened_session(
+    agent: &CofoldAgent,
+    place: &Place,
+    id: &str,
+) -> (Box<dyn Session>, ContextProbe) {
+    let session_uri = format!("cofold:/{id}");
+    let chat_uri = ahpd_sdk::util::default_chat_uri(&session_uri);
+    let (ctx, probe) = SessionContext::detached(&session_uri, &chat_uri);
+    let mut settings = serde_json::Map::new();
+    settings.insert("permissionMode".into(), json!("default"));
+    let start = SessionStart {
+        session_uri,
+        chat_uri,
+        backend_id: id.to_owned(),
+        resume: Some(id.to_owned()),
+        fork: None,
+        working_directory: Some(place.work.clone()),
+        additional_directories: Vec::new(),
+        settings,
+        ctx,
+    };
+    let session = agent.create(start).await.expect("the session opens");
+    (session, probe)
+}
+
+/// The next thing the engine does, answering nothing.
+async fn next(probe: &mut ContextProbe) -> ContextEvent {
+    tokio::time::timeout(PATIENCE, probe.next())
+        .await
+        .expect("the engine acts")
+        .expect("the context is alive")
+}
+
+fn approve() -> ApprovalOutcome {
+    ApprovalOutcome::Approved {
+        edited_input: None,
+        option_id: Some("allow-once".into()),
+    }
+}
+
+/// Everything emitted until the next approval, which is answered with `outcome`; panics at an
+/// ending action.
+async fn until_approval(
+    probe: &mut ContextProbe,
+    seen: &mut Vec<StateAction>,
+    outcome: ApprovalOutcome,
+) -> ahpd_sdk::agent::ApprovalRequest {
+    loop {
+        match next(probe).await {
+            ContextEvent::Emit(action) => {
+                assert!(
+                    !matches!(
+                        action,
+                        StateAction::ChatTurnComplete(_) | StateAction::ChatError(_)
+                    ),
+                    "no ending before the approval: {action:?}"
+                );
+                seen.push(action);
+            }
+            ContextEvent::Approval(request, reply) => {
+                let _ = reply.send(outcome);
+                return request;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Everything emitted until the turn's ending action, which is returned; no more asks.
+async fn until_end(probe: &mut ContextProbe, seen: &mut Vec<StateAction>) -> StateAction {
+    loop {
+        match next(probe).await {
+            ContextEvent::Emit(action) => {
+                let end = matches!(
+                    action,
+                    StateAction::ChatTurnComplete(_) | StateAction::ChatError(_)
+                );
+                seen.push(action.clone());
+                if end {
+                    return action;
+                }
+            }
+            other => panic!("nothing more is asked: {other:?}"),
+        }
+    }
+}
+
+async fn check_one_completed_run(store: &Path, id: &str) {
+    let store = runs_of(store);
+    let runs = store.list_runs(id, None).await.unwrap();
+    assert_eq!(runs.len(), 1, "one run: {runs:?}");
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    let prompts = store
+        .list_messages(id, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| cofold_agents::message::text_of(m) == "write a.txt")
+        .count();
+    assert_eq!(prompts, 1, "the input stored once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_is_reopened_asked_again_and_completed() {
+    // Items 60, 68 and 69.
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "new" }),
+        ),
+        text("written"),
+    ]);
+    let id = fresh_id("reopen");
+    pause_then_stop(&place, options(&store, &ep), &id).await;
+    assert!(!place.work.join("a.txt").exists());
+
+    let second = agent(options(&store, &ep), place.embedder());
+    // Read back, the paused turn is not history yet.
+    assert_eq!(second.transcript(&id).await.map(|t| t.len()), Some(0));
+    let (mut session, mut probe) = reopened_session(&second, &place, &id).await;
+    // A config change is what opens it.
+    let mut change = serde_json::Map::new();
+    change.insert("permissionMode".into(), json!("default"));
+    session.configure(&change).expect("accepted");
+    let mut seen = Vec::new();
+    let request = until_approval(&mut probe, &mut seen, approve()).await;
+    assert_eq!(request.turn_id, "t1");
+    assert_eq!(request.tool_call_id, "c1");
+    // Said once, with its parts, before the question.
+    let started: Vec<&StateAction> = seen
+        .iter()
+        .filter(|a| matches!(a, StateAction::ChatTurnStarted(_)))
+        .collect();
+    assert_eq!(started.len(), 1);
+    match started[0] {
+        StateAction::ChatTurnStarted(s) => {
+            assert_eq!(s.turn_id, "t1");
+            assert_eq!(s.message.text, "write a.txt");
+        }
+        _ => unreachable!(),
+    }
+    assert!(matches!(seen[0], StateAction::ChatTurnStarted(_)));
+    assert!(
+        seen.iter()
+            .any(|a| matches!(a, StateAction::ChatToolCallStart(s) if s.tool_call_id == "c1"))
+    );
+    assert!(seen.iter().any(|a| matches!(
+        a,
+        StateAction::ChatActivityChanged(c) if c.activity.as_deref() == Some("Waiting on you")
+    )));
+    let end = until_end(&mut probe, &mut seen).await;
+    assert!(matches!(end, StateAction::ChatTurnComplete(c) if c.turn_id == "t1"));
+    assert_eq!(
+        std::fs::read_to_string(place.work.join("a.txt")).unwrap(),
+        "new",
+        "the tool ran once the reopened run was approved"
+    );
+    assert_eq!(ep.chat_bodies().len(), 2);
+    check_one_completed_run(&store, &id).await;
+    session.close().await;
+    assert_eq!(second.transcript(&id).await.map(|t| t.len()), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
+    // Item 70.
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "one" }),
+        ),
+        call(
+            "c2",
+            "write_file",
+            json!({ "path": "b.txt", "content": "two" }),
+        ),
+        text("both written"),
+    ]);
+    let id = fresh_id("reopen-two");
+    pause_then_stop(&place, options(&store, &ep), &id).await;
+    let second = agent(options(&store, &ep), place.embedder());
+    let (mut session, mut probe) = reopened_session(&second, &place, &id).await;
+    session
+        .configure(&serde_json::Map::new())
+        .expect("accepted");
+    let mut seen = Vec::new();
+    let first = until_approval(&mut probe, &mut seen, approve()).await;
+    assert_eq!(first.tool_call_id, "c1");
+    let second_ask = until_approval(&mut probe, &mut seen, approve()).await;
+    assert_eq!(second_ask.tool_call_id, "c2");
+    let end = until_end(&mut probe, &mut seen).await;
+    assert!(matches!(end, StateAction::ChatTurnComplete(_)));
+    assert_eq!(
+        std::fs::read_to_string(place.work.join("b.txt")).unwrap(),
+        "two"
+    );
+    check_one_completed_run(&store, &id).await;
+    session.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
+    // Item 71, through the host and the official client.
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "new" }),
+        ),
+        text("left alone"),
+        text("second answer"),
+    ]);
+    let id = fresh_id("replace");
+    pause_then_stop(&place, options(&store, &ep), &id).await;
+
+    let second = Arc::new(agent(options(&store, &ep), place.embedder()));
+    let th = host(vec![second.clone()]).await;
+    let client = client(&th.url, "later").await;
+    let mut w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
+    assert!(w.chat_state().turns.is_empty());
+    assert!(w.chat_state().active_turn.is_none());
+    w.send("t2", "something else").await;
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    w.assert_mirror(&th).await;
+    // The reopened turn is never shown.
+    for env in &w.envelopes {
+        let text = serde_json::to_string(&env.action).unwrap();
+        assert!(!text.contains("\"t1\""), "t1 shown: {text}");
+    }
+    assert!(
+        !place.work.join("a.txt").exists(),
+        "the paused write never ran"
+    );
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(request_text(&bodies[1]).contains(REPLACED));
+    assert!(!request_text(&bodies[1]).contains("something else"));
+    assert!(request_text(&bodies[2]).contains("something else"));
+    let runs = runs_of(&store).list_runs(&id, None).await.unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|r| r.status == RunStatus::Completed));
+}
