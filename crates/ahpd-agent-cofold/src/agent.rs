@@ -211,6 +211,14 @@ impl Agent for CofoldAgent {
     fn descriptor(&self) -> AgentDescriptor {
         let mut d = AgentDescriptor::new(self.core.id.clone(), self.core.name.clone());
         d.description = self.description.clone();
+        // A chat forks from any turn this process watched end (engine.md §4.10).
+        d.capabilities = Some(ahp_types::state::AgentCapabilities {
+            multiple_chats: Some(ahp_types::state::MultipleChatsCapability {
+                fork: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
         d.protected_resources = Some(vec![ProtectedResourceMetadata {
             resource: self.resource(),
             resource_name: Some(self.core.name.clone()),

@@ -272,9 +272,18 @@ impl AgentCore {
                         .and_then(|i| i.context_tokens)
                         .filter(|w| *w > 0)
                         .unwrap_or(DEFAULT_WINDOW);
+                    // Only image support is taken from the catalogue: an explicit feature set
+                    // replaces the adapter's defaults, so the rest keeps them.
+                    let features = images.then_some(cofold_agents::model::ModelFeatures {
+                        tools: true,
+                        streaming: true,
+                        images: true,
+                        structured_output: false,
+                        reasoning: effort.is_some(),
+                    });
                     let spec = ModelSpec {
                         id: connection.model_id.clone(),
-                        features: None,
+                        features,
                         params: Some(params.clone()),
                         pricing: info.and_then(|i| i.pricing),
                     };

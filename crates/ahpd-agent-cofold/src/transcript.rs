@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use ahp_types::state::Turn;
 use ahpd_sdk::agent::PastSession;
+use cofold_agents::event::EventBody;
+use cofold_agents::id::Timestamp;
 use cofold_agents::message::{Message, MessageSource, Part, Role, text_of};
 use cofold_agents::store::{RunRecord, RunStatus, SessionRecord, Store};
 use serde_json::{Value, json};
@@ -76,6 +78,7 @@ pub(crate) async fn turns(
         .into_iter()
         .filter_map(|r| r.input_message_id.clone().map(|m| (m, r)))
         .collect();
+    let facts = EventFacts::read(store, id, runs.values()).await;
     let mut out: Vec<Value> = Vec::new();
     let mut open: Option<OpenTurn> = None;
     let mut hidden = false;
@@ -122,7 +125,12 @@ pub(crate) async fn turns(
                     calls: HashMap::new(),
                 });
                 let text = if m.source == MessageSource::Summary {
-                    "Context compacted automatically.".to_owned()
+                    match facts.compactions.get(&m.id) {
+                        Some((before, after)) => {
+                            format!("Context compacted automatically: {before} tokens to {after}.")
+                        }
+                        None => "Context compacted automatically.".to_owned(),
+                    }
                 } else {
                     text_of(m)
                 };
@@ -207,6 +215,13 @@ pub(crate) async fn turns(
                             if declined {
                                 done["reason"] = json!("denied");
                             } else {
+                                if let Some(meta) = facts.call_meta(
+                                    call_id,
+                                    call["toolName"].as_str() == Some("shell_exec")
+                                        && !host_tools.contains_key("shell_exec"),
+                                ) {
+                                    done["_meta"] = meta;
+                                }
                                 done["success"] = json!(!is_error);
                                 done["pastTenseMessage"] = title;
                                 done["confirmed"] = json!("not-needed");
@@ -248,5 +263,92 @@ fn push_part(turn: &mut OpenTurn, part: Value) -> usize {
             parts.len() - 1
         }
         None => 0,
+    }
+}
+
+/// A call's stored start, end and duration in milliseconds, as far as its events tell.
+type CallTimes = (Option<String>, Option<String>, Option<u64>);
+
+/// What a conversation's stored events add to its messages: each call's times and each
+/// compaction's numbers.
+#[derive(Default)]
+struct EventFacts {
+    /// Call id → (start, end, duration in milliseconds), as far as stored.
+    calls: HashMap<String, CallTimes>,
+    /// Summary message id → (estimate before, estimate after).
+    compactions: HashMap<String, (u64, u64)>,
+}
+
+impl EventFacts {
+    async fn read<'a>(
+        store: &dyn Store,
+        session_id: &str,
+        runs: impl Iterator<Item = &'a RunRecord>,
+    ) -> EventFacts {
+        let mut facts = EventFacts::default();
+        for run in runs {
+            let run_ref = cofold_agents::store::RunRef {
+                session_id: session_id.to_owned(),
+                run_id: run.run_id.clone(),
+            };
+            // A run whose events cannot be read keeps its messages, without times.
+            let Ok(events) = store.list_events(&run_ref, None).await else {
+                continue;
+            };
+            for event in events {
+                match event.body {
+                    EventBody::ToolStarted { call_id, .. } => {
+                        facts.calls.entry(call_id).or_default().0 = Some(event.at.to_string());
+                    }
+                    EventBody::ToolCompleted {
+                        call_id,
+                        duration_ms,
+                        ..
+                    } => {
+                        let entry = facts.calls.entry(call_id).or_default();
+                        entry.1 = Some(event.at.to_string());
+                        entry.2 = Some(duration_ms);
+                    }
+                    EventBody::ContextCompacted {
+                        message_id,
+                        estimated_tokens,
+                        after_tokens,
+                        ..
+                    } => {
+                        facts
+                            .compactions
+                            .insert(message_id, (estimated_tokens, after_tokens));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        facts
+    }
+
+    /// A finished call's `_meta`: its times as live calls carry them, with a start computed from
+    /// the end and the duration when only those are stored.
+    fn call_meta(&self, call_id: &str, shell: bool) -> Option<Value> {
+        let mut meta = serde_json::Map::new();
+        if shell {
+            meta.insert("toolKind".to_owned(), json!("terminal"));
+        }
+        if let Some((start, end, duration)) = self.calls.get(call_id) {
+            let start = start.clone().or_else(|| {
+                let end = Timestamp::parse(end.as_deref()?)?;
+                let micros = end.unix_micros() - (*duration)? as i64 * 1000;
+                Some(Timestamp::from_unix_micros(micros).to_string())
+            });
+            if let Some(start) = start {
+                meta.insert("ahpd.startedAt".to_owned(), json!(start));
+            }
+            if let Some(end) = end {
+                meta.insert("ahpd.endedAt".to_owned(), json!(end));
+            }
+            if let Some(duration) = duration {
+                meta.insert("ahpd.durationMs".to_owned(), json!(duration));
+            }
+        }
+        (!meta.is_empty()).then_some(Value::Object(meta))
     }
 }

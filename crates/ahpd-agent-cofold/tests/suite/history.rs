@@ -160,6 +160,25 @@ async fn after_a_restart_the_session_is_listed_read_back_and_continues() {
     let turns = second.transcript(&id).await.unwrap();
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0].id, "t1");
+    // Item 57: the call read back completed, with its times from the stored events.
+    let call = turns[0]
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => Some(tc.tool_call.clone()),
+            _ => None,
+        })
+        .expect("the call is read back");
+    match call {
+        ahp_types::state::ToolCallState::Completed(c) => {
+            assert!(c.success);
+            let meta = c.meta.unwrap_or_default();
+            for key in ["ahpd.startedAt", "ahpd.endedAt", "ahpd.durationMs"] {
+                assert!(meta.contains_key(key), "{key} in {meta:?}");
+            }
+        }
+        other => panic!("expected a completed call, got {other:?}"),
+    }
     let th = host(vec![second.clone()]).await;
     let client = client(&th.url, "later").await;
     let w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
@@ -175,4 +194,126 @@ async fn after_a_restart_the_session_is_listed_read_back_and_continues() {
     assert!(request_text(&last).contains("it says hello"));
     w.assert_mirror(&th).await;
     assert_eq!(second.transcript(&id).await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_forked_through_the_host_copies_the_conversation_through_its_turn() {
+    // Item 64: `createChat` with a fork source at `t2`.
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        text("answer one"),
+        text("answer two"),
+        text("answer three"),
+        text("answer in the fork"),
+    ]);
+    let agent = Arc::new(agent(
+        json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let id = fresh_id("fork");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+    for (turn, text) in [
+        ("t1", "question one"),
+        ("t2", "question two"),
+        ("t3", "question three"),
+    ] {
+        w.send(turn, text).await;
+        assert!(matches!(
+            w.end(turn).await,
+            StateAction::ChatTurnComplete(_)
+        ));
+    }
+    let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let _: serde_json::Value = w
+        .client
+        .request(
+            "createChat",
+            json!({
+                "channel": w.session,
+                "chat": fork_chat,
+                "source": { "kind": "fork", "chat": w.chat, "turnId": "t2" }
+            }),
+        )
+        .await
+        .expect("createChat");
+    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
+        .client
+        .subscribe(fork_chat.clone())
+        .await
+        .expect("subscribes");
+    w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
+    w.client
+        .dispatch(
+            fork_chat.clone(),
+            turn_started_with("f1", message("question in the fork")),
+        )
+        .await
+        .expect("dispatch");
+    let end = w
+        .until(|a| {
+            matches!(a, StateAction::ChatTurnComplete(c) if c.turn_id == "f1")
+                || matches!(a, StateAction::ChatError(e) if e.turn_id == "f1")
+        })
+        .await;
+    assert!(
+        matches!(end.action, StateAction::ChatTurnComplete(_)),
+        "{end:?}"
+    );
+    assert_eq!(end.channel, fork_chat);
+
+    // The fork's request holds the first two questions and answers, not the third.
+    let last = request_text(ep.chat_bodies().last().unwrap());
+    for said in [
+        "question one",
+        "answer one",
+        "question two",
+        "answer two",
+        "question in the fork",
+    ] {
+        assert!(last.contains(said), "{said} in {last}");
+    }
+    assert!(!last.contains("question three") && !last.contains("answer three"));
+
+    // A new conversation with two copied runs and the fork's own; the original untouched.
+    let stored =
+        cofold_store_file::FileStore::open(store, cofold_store_file::FileStoreOptions::default())
+            .unwrap();
+    use cofold_agents::store::Store;
+    let rows = agent.list().await;
+    assert_eq!(rows.len(), 2);
+    let fork_id = rows
+        .iter()
+        .map(|r| r.id.clone())
+        .find(|r| r != &id)
+        .unwrap();
+    let runs = stored.list_runs(&fork_id, None).await.unwrap();
+    assert_eq!(runs.len(), 3);
+    let copied: Vec<_> = runs
+        .iter()
+        .filter(|r| r.input_message_id.as_deref() != Some("f1"))
+        .collect();
+    assert_eq!(copied.len(), 2);
+    for run in copied {
+        assert_eq!(run.status, cofold_agents::store::RunStatus::Completed);
+        assert!(run.input_message_id.is_some() && run.last_message_id.is_some());
+    }
+    let original: Vec<String> = agent
+        .transcript(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    assert_eq!(original, ["t1", "t2", "t3"]);
+    let forked: Vec<String> = agent
+        .transcript(&fork_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    assert_eq!(forked, ["t1", "t2", "f1"]);
+    w.assert_mirror(&th).await;
 }

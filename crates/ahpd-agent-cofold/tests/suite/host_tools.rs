@@ -449,7 +449,10 @@ async fn the_question(w: &mut Watch) -> String {
     let SessionInputRequest::ChatInput(request) = &set.request else {
         panic!("expected a question, got {:?}", set.request);
     };
-    assert_eq!(request.request.message.as_deref(), Some("The agent has a question"));
+    assert_eq!(
+        request.request.message.as_deref(),
+        Some("The agent has a question")
+    );
     let questions = request.request.questions.clone().unwrap_or_default();
     assert_eq!(questions.len(), 1);
     match &questions[0] {

@@ -1,4 +1,5 @@
 mod attachments;
+mod catalogue;
 mod clients;
 mod conversation;
 mod history;
