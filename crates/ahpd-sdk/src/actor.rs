@@ -296,6 +296,7 @@ impl Actor {
                     }
                     _ => Vec::new(),
                 };
+                warn_unanchored_completions(&items);
                 let _ = reply.send(items);
             }
             SessionMsg::Dispose { reply } => {
@@ -607,6 +608,26 @@ impl Actor {
                 &format!("The client {client_id} that runs this tool is no longer here."),
             );
         }
+    }
+}
+
+/// Rule 24 (§9): VS Code keeps a completion item only when its attachment's `_meta` names a
+/// slash command (`command`) or a skill (`uri`); others vanish there without an error, so the
+/// backend's author hears about them here. They are still sent: other clients may use them.
+fn warn_unanchored_completions(items: &[ahp_types::commands::CompletionItem]) {
+    let unanchored = items
+        .iter()
+        .filter(|item| {
+            let attachment = serde_json::to_value(&item.attachment).unwrap_or(Value::Null);
+            let meta = &attachment["_meta"];
+            meta.get("command").is_none() && meta.get("uri").is_none()
+        })
+        .count();
+    if unanchored > 0 {
+        tracing::warn!(
+            unanchored,
+            "completion items without _meta.command or _meta.uri on their attachment; VS Code drops them"
+        );
     }
 }
 

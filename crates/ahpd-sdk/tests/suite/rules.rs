@@ -160,8 +160,8 @@ async fn bad_host() -> (TestHost, ahp::Client, Watch, String, String) {
     (th, a, w, session, chat)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rule_06_07_09_11_12_backend_mistakes_are_dropped_or_fixed() {
+/// One turn of the misbehaving backend, finished, with the mirror checked against the host.
+async fn misbehaving_turn() -> (Watch, String) {
     let (th, a, mut w, session, chat) = bad_host().await;
     a.dispatch(chat.clone(), turn_started("t", "go"))
         .await
@@ -169,88 +169,246 @@ async fn rule_06_07_09_11_12_backend_mistakes_are_dropped_or_fixed() {
     w.until(|e| matches!(e.action, StateAction::ChatTurnComplete(_)))
         .await;
     assert_mirror(&th, &mut w, &[&session, &chat]).await;
-    let on_chat: Vec<&ActionEnvelope> = w.envelopes.iter().filter(|e| e.channel == chat).collect();
-    assert_eq!(
-        on_chat
-            .iter()
-            .filter(|e| matches!(e.action, StateAction::ChatTurnStarted(_)))
-            .count(),
-        1,
-        "rule 6"
-    );
-    assert!(
-        !on_chat
-            .iter()
-            .any(|e| matches!(&e.action, StateAction::ChatDelta(d) if d.part_id == "ghost")),
-        "rule 7"
-    );
-    assert_eq!(
-        on_chat
-            .iter()
-            .filter(|e| matches!(e.action, StateAction::ChatTurnComplete(_)))
-            .count(),
-        1,
-        "rule 9"
-    );
-    assert!(
-        !on_chat.iter().any(|e| matches!(
-            e.action,
-            StateAction::ChatResponsePart(ChatResponsePartAction {
-                part: ResponsePart::Error(_),
-                ..
-            })
-        )),
-        "rule 11"
-    );
-    let ready = on_chat.iter().find_map(|e| match &e.action {
-        StateAction::ChatToolCallReady(r) => Some(r.confirmed.clone()),
-        _ => None,
-    });
-    assert_eq!(
-        ready,
-        Some(Some(ToolCallConfirmationReason::NotNeeded)),
-        "rule 12"
-    );
-    let turn = &w.mirror.chats[&chat].turns[0];
-    assert!(matches!(&turn.response_parts[0], ResponsePart::Markdown(m) if m.content == "kept"));
+    (w, chat)
+}
+
+fn on(w: &Watch, chat: &str) -> Vec<ActionEnvelope> {
+    w.envelopes
+        .iter()
+        .filter(|e| e.channel == chat)
+        .cloned()
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rule_01_03_19_result_shapes_origin_and_default_chat() {
+async fn rule_06_the_turn_is_said_back_once() {
+    let (w, chat) = misbehaving_turn().await;
+    let started = on(&w, &chat)
+        .into_iter()
+        .filter(|e| matches!(e.action, StateAction::ChatTurnStarted(_)))
+        .count();
+    assert_eq!(started, 1, "the backend's repeat is dropped");
+    let turn = &w.mirror.chats[&chat].turns[0];
+    assert!(
+        matches!(&turn.response_parts[0], ResponsePart::Markdown(m) if m.content == "kept"),
+        "the streamed part survived"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_07_a_delta_needs_its_part() {
+    let (w, chat) = misbehaving_turn().await;
+    let deltas: Vec<String> = on(&w, &chat)
+        .into_iter()
+        .filter_map(|e| match e.action {
+            StateAction::ChatDelta(d) => Some(d.part_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        ["m"],
+        "the delta for a missing part is not published"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_09_one_ending_action_per_turn() {
+    let (w, chat) = misbehaving_turn().await;
+    let endings = on(&w, &chat)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e.action,
+                StateAction::ChatTurnComplete(_)
+                    | StateAction::ChatError(_)
+                    | StateAction::ChatTurnCancelled(_)
+            )
+        })
+        .count();
+    assert_eq!(endings, 1);
+    assert_eq!(
+        w.mirror.chats[&chat].turns[0].duration,
+        Some(1),
+        "the first one won"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_11_tool_input_and_error_parts_come_only_from_their_actions() {
+    let (w, chat) = misbehaving_turn().await;
+    assert!(!on(&w, &chat).iter().any(|e| matches!(
+        &e.action,
+        StateAction::ChatResponsePart(ChatResponsePartAction {
+            part: ResponsePart::Error(_)
+                | ResponsePart::ToolCall(_)
+                | ResponsePart::InputRequest(_),
+            ..
+        })
+    )));
+    let parts = &w.mirror.chats[&chat].turns[0].response_parts;
+    assert!(!parts.iter().any(|p| matches!(p, ResponsePart::Error(_))));
+    assert_eq!(
+        parts
+            .iter()
+            .filter(|p| matches!(p, ResponsePart::ToolCall(_)))
+            .count(),
+        1,
+        "the tool call's part came from chat/toolCallStart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_12_a_call_that_does_not_ask_says_not_needed() {
+    let (w, chat) = misbehaving_turn().await;
+    let ready = on(&w, &chat).into_iter().find_map(|e| match e.action {
+        StateAction::ChatToolCallReady(r) => Some(r.confirmed),
+        _ => None,
+    });
+    assert_eq!(ready, Some(Some(ToolCallConfirmationReason::NotNeeded)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_01_results_have_the_right_shape() {
     let th = start().await;
     let mut raw = Raw::connect(&th.url).await;
+    let pong = raw
+        .call(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    assert!(pong.as_object().unwrap().contains_key("result") && pong["result"].is_null());
     raw.init("raw").await;
-    let created = raw.call(r#"{"jsonrpc":"2.0","id":2,"method":"createSession","params":{"channel":"mock:/Shapes"}}"#).await;
-    assert!(
-        created.as_object().unwrap().contains_key("result") && created["result"].is_null(),
-        "rule 1: {created}"
-    );
+    let null_results = [
+        json!({"method": "createSession", "params": {"channel": "mock:/Shapes"}}),
+        json!({"method": "createChat", "params": {"channel": "mock:/Shapes", "chat": "ahp-chat:/c2"}}),
+        json!({"method": "disposeChat", "params": {"channel": "ahp-chat:/c2"}}),
+    ];
+    for (i, mut req) in null_results.into_iter().enumerate() {
+        req["jsonrpc"] = json!("2.0");
+        req["id"] = json!(10 + i);
+        let r = raw.call(&req.to_string()).await;
+        assert!(
+            r.as_object().unwrap().contains_key("result") && r["result"].is_null(),
+            "{req}: {r}"
+        );
+    }
     let chat = ahpd_sdk::util::default_chat_uri("mock:/Shapes");
-    let sub = raw.call(&json!({"jsonrpc":"2.0","id":3,"method":"subscribe","params":{"channel":"mock:/Shapes"}}).to_string()).await;
-    assert_eq!(
-        sub["result"]["snapshot"]["state"]["defaultChat"], chat,
-        "rule 19"
-    );
-    assert_eq!(sub["result"]["snapshot"]["resource"], "mock:/Shapes");
     let fetched = raw
         .call(
             &json!({"jsonrpc":"2.0","id":4,"method":"fetchTurns","params":{"channel": chat}})
                 .to_string(),
         )
         .await;
-    assert_eq!(fetched["result"], json!({}), "rule 1");
-    raw.send(&json!({"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"mock:/Shapes","clientSeq":1,"action":{"type":"session/titleChanged","title":"Mine"}}}).to_string()).await;
-    let echo = raw.recv().await.unwrap();
-    assert_eq!(echo["params"]["origin"]["clientSeq"], 1);
-    // A host action carries no origin key at all (rule 3): closing the session publishes one.
-    let text = echo.to_string();
-    assert!(text.contains("\"origin\""));
+    assert_eq!(fetched["result"], json!({}), "an empty struct is {{}}");
     let disposed = raw.call(r#"{"jsonrpc":"2.0","id":5,"method":"disposeSession","params":{"channel":"mock:/Shapes"}}"#).await;
-    assert!(disposed["result"].is_null());
+    assert!(disposed.as_object().unwrap().contains_key("result") && disposed["result"].is_null());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rule_20_21_26_unknown_channels_rejections_and_no_change_dispatches() {
+async fn rule_03_host_actions_omit_origin() {
+    let th = start().await;
+    let mut raw = Raw::connect(&th.url).await;
+    raw.init("raw").await;
+    raw.call(r#"{"jsonrpc":"2.0","id":2,"method":"createSession","params":{"channel":"mock:/o"}}"#)
+        .await;
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/o");
+    raw.call(
+        &json!({"jsonrpc":"2.0","id":3,"method":"subscribe","params":{"channel": chat}})
+            .to_string(),
+    )
+    .await;
+    raw.send(
+        &json!({"jsonrpc":"2.0","method":"dispatchAction","params":{"channel": chat,"clientSeq":7,
+        "action":{"type":"chat/turnStarted","turnId":"t","message":{"text":"tool"}}}})
+        .to_string(),
+    )
+    .await;
+    let mut host_actions = 0;
+    loop {
+        let f = raw.recv().await.unwrap();
+        if f["method"] != "action" {
+            continue;
+        }
+        let params = f["params"].as_object().unwrap();
+        if f["params"]["action"]["type"] == "chat/turnStarted" {
+            assert_eq!(
+                f["params"]["origin"],
+                json!({"clientId": "raw", "clientSeq": 7})
+            );
+        } else {
+            assert!(
+                !params.contains_key("origin"),
+                "origin on a host action: {f}"
+            );
+            host_actions += 1;
+        }
+        if f["params"]["action"]["type"] == "chat/turnComplete" {
+            break;
+        }
+    }
+    assert!(host_actions >= 4, "{host_actions}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_19_the_default_chat_uri_is_computed_from_the_spelling() {
+    let th = start().await;
+    let mut raw = Raw::connect(&th.url).await;
+    raw.init("raw").await;
+    // A spelling with characters base64url must not pad or alter.
+    let session = "mock:/Mixed-Case_ünï?x=1";
+    let expected = format!(
+        "ahp-chat://default/{}",
+        base64_url_no_pad(session.as_bytes())
+    );
+    assert_eq!(ahpd_sdk::util::default_chat_uri(session), expected);
+    let created = raw
+        .call(
+            &json!({"jsonrpc":"2.0","id":2,"method":"createSession","params":{"channel": session}})
+                .to_string(),
+        )
+        .await;
+    assert!(created["result"].is_null(), "{created}");
+    let sub = raw
+        .call(
+            &json!({"jsonrpc":"2.0","id":3,"method":"subscribe","params":{"channel": session}})
+                .to_string(),
+        )
+        .await;
+    let state = &sub["result"]["snapshot"]["state"];
+    assert_eq!(state["defaultChat"], expected);
+    assert_eq!(state["chats"][0]["resource"], expected);
+    let chat = raw
+        .call(
+            &json!({"jsonrpc":"2.0","id":4,"method":"subscribe","params":{"channel": expected}})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(chat["result"]["snapshot"]["state"]["resource"], expected);
+    let listed = raw
+        .call(r#"{"jsonrpc":"2.0","id":5,"method":"listSessions","params":{}}"#)
+        .await;
+    assert_eq!(listed["result"]["items"][0]["resource"], session);
+    assert_eq!(listed["result"]["items"][0]["defaultChat"], expected);
+}
+
+/// Unpadded base64url, written out here so the test does not share the host's encoder.
+fn base64_url_no_pad(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+async fn two_clients_on(session: &str) -> (TestHost, ahp::Client, Watch, ahp::Client, Watch) {
     let th = start().await;
     let a = client(&th.url).await;
     let b = client(&th.url).await;
@@ -262,68 +420,94 @@ async fn rule_20_21_26_unknown_channels_rejections_and_no_change_dispatches() {
     b.initialize("b".into(), vec!["1.0.0".into()], vec![])
         .await
         .unwrap();
-    let session = "mock:/rules".to_owned();
     let _: Value = a
         .request("createSession", json!({"channel": session}))
         .await
         .unwrap();
     for (c, w) in [(&a, &mut wa), (&b, &mut wb)] {
-        let (r, _) = c.subscribe(session.clone()).await.unwrap();
+        let (r, _) = c.subscribe(session.to_owned()).await.unwrap();
         w.snapshot(&r.snapshot.unwrap());
     }
-    // rule 20: silence for an unknown channel
+    (th, a, wa, b, wb)
+}
+
+fn active_client(id: &str) -> StateAction {
+    serde_json::from_value(
+        json!({"type": "session/activeClientSet", "activeClient": {"clientId": id, "tools": []}}),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_20_an_unknown_channel_in_dispatch_is_silence() {
+    let (th, a, mut wa, _b, _wb) = two_clients_on("mock:/r20").await;
+    let seq = th.host.handle().server_seq();
     a.dispatch("ahp-chat:/unknown".into(), turn_started("x", "hi"))
         .await
         .unwrap();
-    // rule 26: an identical activeClientSet is echoed once
-    let set: StateAction = serde_json::from_value(
-        json!({"type": "session/activeClientSet", "activeClient": {"clientId": "a", "tools": []}}),
-    )
-    .unwrap();
-    a.dispatch(session.clone(), set.clone()).await.unwrap();
-    a.dispatch(session.clone(), set).await.unwrap();
-    wa.until(|e| matches!(e.action, StateAction::SessionActiveClientSet(_)))
-        .await;
-    // rule 21: a rejection goes to the dispatcher only and leaves serverSeq alone
-    let before = th.host.handle().server_seq();
-    let other: StateAction = serde_json::from_value(
-        json!({"type": "session/activeClientSet", "activeClient": {"clientId": "b", "tools": []}}),
-    )
-    .unwrap();
-    a.dispatch(session.clone(), other).await.unwrap();
-    let rej = wa.until(|e| e.rejection_reason.is_some()).await;
-    assert_eq!(rej.server_seq, before);
-    assert_eq!(th.host.handle().server_seq(), before);
-    let echoes = wa
-        .envelopes
-        .iter()
-        .filter(|e| {
-            matches!(e.action, StateAction::SessionActiveClientSet(_))
-                && e.rejection_reason.is_none()
-        })
-        .count();
-    assert_eq!(echoes, 1, "rule 26");
-    // b saw the one echo and no rejection.
-    let seen = wb
-        .until(|e| matches!(e.action, StateAction::SessionActiveClientSet(_)))
-        .await;
-    assert!(seen.rejection_reason.is_none());
-    b.dispatch(session.clone(), turn_started("nope", "x"))
+    a.dispatch("mock:/nowhere".into(), active_client("a"))
         .await
         .unwrap();
-    let own = wb.until(|e| e.rejection_reason.is_some()).await;
-    assert!(
-        matches!(own.action, StateAction::ChatTurnStarted(_)),
-        "a chat action on a session channel is refused"
-    );
-    assert!(
-        wb.envelopes
+    wa.sync().await;
+    assert!(wa.envelopes.is_empty(), "{:?}", wa.envelopes);
+    assert!(wa.notifications.is_empty());
+    assert_eq!(th.host.handle().server_seq(), seq);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_21_rejections_go_only_to_the_dispatcher() {
+    let session = "mock:/r21";
+    let (th, a, mut wa, _b, mut wb) = two_clients_on(session).await;
+    let before = th.host.handle().server_seq();
+    a.dispatch(session.into(), active_client("b"))
+        .await
+        .unwrap();
+    let rej = wa.until(|e| e.rejection_reason.is_some()).await;
+    assert_eq!(rej.server_seq, before, "the counter is not advanced");
+    assert_eq!(th.host.handle().server_seq(), before);
+    // b sees the next real change and nothing before it.
+    a.dispatch(session.into(), active_client("a"))
+        .await
+        .unwrap();
+    let first = wb.next().await;
+    assert!(first.rejection_reason.is_none());
+    assert!(matches!(
+        first.action,
+        StateAction::SessionActiveClientSet(_)
+    ));
+    // The real change took the next number: the rejection used none.
+    assert_eq!(th.host.handle().server_seq(), before + 1);
+    assert_mirror(&th, &mut wa, &[session]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_26_a_no_change_dispatch_is_not_echoed() {
+    let session = "mock:/r26";
+    let (th, a, mut wa, _b, mut wb) = two_clients_on(session).await;
+    a.dispatch(session.into(), active_client("a"))
+        .await
+        .unwrap();
+    a.dispatch(session.into(), active_client("a"))
+        .await
+        .unwrap();
+    wa.until(|e| matches!(e.action, StateAction::SessionActiveClientSet(_)))
+        .await;
+    let seq = th.host.handle().server_seq();
+    wa.sync().await;
+    wb.sync().await;
+    for w in [&wa, &wb] {
+        let echoes = w
+            .envelopes
             .iter()
-            .filter(|e| e.rejection_reason.is_some())
-            .count()
-            == 1
+            .filter(|e| matches!(e.action, StateAction::SessionActiveClientSet(_)))
+            .count();
+        assert_eq!(echoes, 1, "one echo, silence for the repeat");
+    }
+    assert_eq!(
+        th.host.handle().server_seq(),
+        seq,
+        "no number for the repeat"
     );
-    assert_mirror(&th, &mut wa, &[&session]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
