@@ -4,6 +4,7 @@ mod extension;
 mod handshake;
 mod malformed;
 mod many_clients;
+mod multihost;
 mod paging;
 mod puppet;
 mod reconnect;
