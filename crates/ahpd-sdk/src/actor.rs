@@ -125,8 +125,12 @@ fn replace_style(action: &StateAction) -> bool {
             | StateAction::ChatToolCallDelta(_)
             | StateAction::ChatQueuedMessagesReordered(_)
             | StateAction::ChatInputAnswerChanged(_)
-            | StateAction::ChatUsage(_)
     )
+    // `chat/usage` is deliberately not here: a backend's usage report is published whenever
+    // it applies to the running turn, even when it repeats the last one. The no-change rule
+    // (§5.5) is about client dispatches, §5.3 does not list usage, and a turn's final usage
+    // often equals the last streamed report; dropping it left clients that act on the report
+    // (not on the state) without the turn's final figures. Clients cannot dispatch it.
 }
 
 fn changed<S: Clone + PartialEq>(
