@@ -16,6 +16,8 @@ struct Conv {
     wa: Watch,
     session: String,
     chat: String,
+    /// The session's working folder, removed when the test ends.
+    _dir: tempfile::TempDir,
 }
 
 impl Conv {
@@ -68,7 +70,6 @@ impl Conv {
         b.initialize("other".into(), vec!["1.0.0".into()], vec![])
             .await
             .unwrap();
-        std::mem::forget(dir);
         Self {
             th,
             a,
@@ -76,6 +77,7 @@ impl Conv {
             wa,
             session,
             chat,
+            _dir: dir,
         }
     }
 

@@ -13,5 +13,5 @@ mod rules;
 mod rules_backend;
 mod rules_wire;
 mod store;
-mod usage;
 mod support;
+mod usage;

@@ -105,6 +105,8 @@ async fn a_gap_beyond_the_ring_or_an_unknown_client_gets_snapshots_and_disposed_
         run_turn(&a, &mut w, &chat, &format!("t{i}"), "hello").await;
     }
     let a2 = client(&th.url).await;
+    // Watch before asking, so nothing sent right after the reply is missed.
+    let mut w2 = Watch::new(&a2);
     let result = a2
         .reconnect(
             "e2e".into(),
@@ -113,7 +115,6 @@ async fn a_gap_beyond_the_ring_or_an_unknown_client_gets_snapshots_and_disposed_
         )
         .await
         .unwrap();
-    let mut w2 = Watch::new(&a2);
     match result {
         ReconnectResult::Snapshot(s) => {
             assert_eq!(s.snapshots.len(), 3);
