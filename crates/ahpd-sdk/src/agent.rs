@@ -132,7 +132,9 @@ pub struct SessionStart {
     pub backend_id: String,
     /// Continue this stored conversation instead of starting empty.
     pub resume: Option<String>,
-    /// Start as a copy of another conversation.
+    /// Start as a copy of another conversation through a turn (`createChat` with a fork
+    /// source). The host has already put the copied turns in the new chat's state; the backend
+    /// copies its own conversation so the next turn continues from there.
     pub fork: Option<ForkFrom>,
     /// The working folder, when the client named one.
     pub working_directory: Option<PathBuf>,

@@ -24,6 +24,15 @@
 //!   `0600`, replaced atomically) or any [`ports::SessionStore`]. Without one (the default) a
 //!   restart forgets them and the catalogue comes from each agent's `list` alone. Call
 //!   [`HostHandle::flush_session_store`] before the process exits.
+//! - An agent that advertises `capabilities.multipleChats` gets one [`Session`] per chat.
+//!   With `multipleChats.fork`, `createChat` with `source: {kind: "fork", chat, turnId}`
+//!   starts the new chat with every turn of the source chat through that turn (older pages
+//!   are loaded into the source first) and opens its backend with [`SessionStart::fork`] set
+//!   to the source conversation and the point [`Session::fork_point`] names (or just the
+//!   turn, when the source's backend is not open).
+//! - Every state change is published only when its reducer changed something, with one
+//!   exception: a backend's `chat/usage` for the running turn is always published, since a
+//!   turn's final usage report often repeats the last one.
 //!
 //! ```no_run
 //! # async fn run(agent: std::sync::Arc<dyn ahpd_sdk::Agent>) -> Result<(), ahpd_sdk::HostError> {
