@@ -127,9 +127,18 @@ impl Actor {
         let mut fork_from = None;
         let mut history = Vec::new();
         if let Some(fork) = fork {
+            // A fork inherits its source's folders; the request's list is ignored for forks.
             history = fork.turns;
             state.working_directories = fork.working_directories;
             fork_from = Some(fork.from);
+        } else if let Some(dirs) = &params.working_directories {
+            let session_dirs = self.state.working_directories.clone().unwrap_or_default();
+            if let Some(outside) = dirs.iter().find(|d| !session_dirs.contains(d)) {
+                return Err(RpcError::invalid_params(format!(
+                    "workingDirectories: {outside} is not one of the session's working directories"
+                )));
+            }
+            state.working_directories = Some(dirs.clone());
         }
         let backend_id = uuid::Uuid::new_v4().to_string();
         let mut slot = self.new_chat(&params.chat, state, backend_id, false);

@@ -145,6 +145,36 @@ async fn a_fork_copies_the_turns_through_its_source_turn_and_runs_on_its_own() {
     )
     .await;
     refused(&a, json!({"channel": session, "chat": fork})).await;
+    let m = refused(
+        &a,
+        json!({"channel": session, "chat": "ahp-chat:/x5",
+               "workingDirectories": ["file:///not/the/session/folder"]}),
+    )
+    .await;
+    assert!(m.contains("workingDirectories"), "{m}");
+    // A chat may take a subset of its session's folders.
+    let dir = tempfile::tempdir().unwrap();
+    let folder = ahpd_sdk::util::file_uri(dir.path());
+    let _: Value = a
+        .request(
+            "createSession",
+            json!({"channel": "mock:/dirs", "workingDirectories": [folder]}),
+        )
+        .await
+        .unwrap();
+    let _: Value = a
+        .request(
+            "createChat",
+            json!({"channel": "mock:/dirs", "chat": "ahp-chat:/in-dir",
+                   "workingDirectories": [folder]}),
+        )
+        .await
+        .unwrap();
+    let (r, _) = a.subscribe("ahp-chat:/in-dir".into()).await.unwrap();
+    let SnapshotState::Chat(in_dir) = r.snapshot.unwrap().state else {
+        panic!()
+    };
+    assert_eq!(in_dir.working_directories, Some(vec![folder]));
     assert_mirror(&th, &mut w, &[&session, &chat, &fork]).await;
 }
 
