@@ -115,7 +115,12 @@ impl StreamDecoder {
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());
         }
-        if let Some(choice) = chunk.pointer("/choices/0") {
+        // Plain `get`s: `Value::pointer` allocates a string for every path token.
+        if let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|choices| choices.first())
+        {
             if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish = Some(f.to_owned());
             }
@@ -151,13 +156,12 @@ impl StreamDecoder {
                     .and_then(|i| u32::try_from(i).ok())
                     .unwrap_or(position as u32);
                 let id = non_empty_str(call, "id").map(str::to_owned);
-                let name = call
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
+                let function = call.get("function");
+                let name = function
+                    .and_then(|f| non_empty_str(f, "name"))
                     .map(str::to_owned);
-                let arguments = call
-                    .pointer("/function/arguments")
+                let arguments = function
+                    .and_then(|f| f.get("arguments"))
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned();

@@ -109,9 +109,13 @@ impl SseParser {
                     self.data.push('\n');
                 }
                 self.has_data = true;
-                self.data.push_str(&String::from_utf8_lossy(value));
+                push_lossy(&mut self.data, value);
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"event" => {
+                let mut name = String::new();
+                push_lossy(&mut name, value);
+                self.event = Some(name);
+            }
             _ => {}
         }
     }
@@ -126,6 +130,15 @@ impl SseParser {
             event,
             data: std::mem::take(&mut self.data),
         });
+    }
+}
+
+/// Appends `bytes` as text. Valid UTF-8, the usual case, is checked by `from_utf8`'s fast path;
+/// only a line holding invalid bytes takes the slower lossy walk.
+fn push_lossy(out: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => out.push_str(text),
+        Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
     }
 }
 
