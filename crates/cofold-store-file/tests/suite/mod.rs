@@ -4,5 +4,6 @@ mod kill;
 mod layout;
 mod locking;
 mod logs;
+mod message_ids;
 mod support;
 mod with_runs;

@@ -1,6 +1,8 @@
 //! Shared helpers: a store in a temporary folder, records and events.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
 
 use cofold_agents::event::{Event, EventBody};
 use cofold_agents::id::Timestamp;
@@ -90,4 +92,24 @@ pub fn message(id: &str) -> Message {
 
 pub fn seqs(events: &[Event]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
+}
+
+/// Every file under `root` with its bytes.
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in fs::read_dir(&folder).expect("list") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.insert(
+                    path.strip_prefix(root).expect("inside").to_path_buf(),
+                    fs::read(&path).expect("read"),
+                );
+            }
+        }
+    }
+    files
 }

@@ -1,9 +1,8 @@
 //! The file store under the real run loop (harness §12.L items 218-219): a session folder copied to
 //! another root resumes there, and a rewind is where the next run starts.
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use cofold_agents::agent::Agent;
@@ -16,6 +15,8 @@ use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, han
 use cofold_store_file::{FileStore, FileStoreOptions};
 use futures::StreamExt;
 use serde_json::{Value, json};
+
+use super::support::snapshot;
 
 /// A destructive `rm { path }` tool (so the default policy asks) that counts its executions.
 fn rm_tool(calls: Arc<Mutex<u32>>) -> Tool {
@@ -45,26 +46,6 @@ fn agent(model: &FakeModel, store: Arc<dyn Store>, calls: Arc<Mutex<u32>>) -> Ag
 
 fn open(root: &Path) -> Arc<FileStore> {
     Arc::new(FileStore::open(root, FileStoreOptions::default()).expect("open the store"))
-}
-
-/// Every file under `root` with its bytes.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in fs::read_dir(&folder).expect("list") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files.insert(
-                    path.strip_prefix(root).expect("inside").to_path_buf(),
-                    fs::read(&path).expect("read"),
-                );
-            }
-        }
-    }
-    files
 }
 
 fn copy_folder(from: &Path, to: &Path) {
