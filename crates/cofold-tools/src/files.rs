@@ -17,10 +17,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cofold_agents::capability::{Capability, CapabilityArgs};
-use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use cofold_agents::tool::{
+    Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolHandler, ToolOutput, handler_fn,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 pub use record::ReadRecord;
 
@@ -183,6 +186,40 @@ async fn blocking(
     }
 }
 
+/// The handler of a files tool: parse the input as `I`, then run `work` on the blocking pool with
+/// the run's shared state and the call's cancel token.
+fn handler<I>(
+    run: &Arc<Run>,
+    work: fn(&Run, I, &CancellationToken) -> Result<String, Refusal>,
+) -> Arc<dyn ToolHandler>
+where
+    I: DeserializeOwned + Send + 'static,
+{
+    let run = Arc::clone(run);
+    handler_fn(move |input, ctx: ToolContext| {
+        let run = Arc::clone(&run);
+        async move {
+            let input: I = parse(input)?;
+            let cancel = ctx.signal.token().clone();
+            blocking(move || work(&run, input, &cancel)).await
+        }
+    })
+}
+
+/// Declares a tool that writes the file its `path` names: destructive, with the shown path as its
+/// subject and the lexical absolute path as what it writes.
+fn writes_its_path(def: ToolDef, run: &Arc<Run>) -> ToolDef {
+    let subject = Arc::clone(run);
+    let target = Arc::clone(run);
+    def.effects(ToolEffects {
+        writes: true,
+        destructive: true,
+        ..ToolEffects::default()
+    })
+    .subject(move |input| Some(subject.shown(path_of(input))))
+    .writes(move |input| Some(target.absolute(path_of(input))))
+}
+
 fn path_of(input: &Value) -> &str {
     input.get("path").and_then(Value::as_str).unwrap_or(".")
 }
@@ -218,19 +255,13 @@ fn read_file_def(run: &Arc<Run>) -> ToolDef {
          offset, with a note saying how many lines are left. Binary files are refused, and lines \
          longer than 2000 characters are cut."
     );
-    let exec = Arc::clone(run);
     let subject = Arc::clone(run);
     ToolDef::new(
         "read_file",
         description,
         input,
-        handler_fn(move |input, _ctx| {
-            let run = Arc::clone(&exec);
-            async move {
-                let input: ReadInput = parse(input)?;
-                blocking(move || read::read_file(&run, &input.path, input.offset, input.limit))
-                    .await
-            }
+        handler(run, |run, input: ReadInput, _| {
+            read::read_file(run, &input.path, input.offset, input.limit)
         }),
     )
     .effects(ToolEffects {
@@ -246,14 +277,6 @@ struct WriteInput {
     content: String,
 }
 
-fn writing_effects() -> ToolEffects {
-    ToolEffects {
-        writes: true,
-        destructive: true,
-        ..ToolEffects::default()
-    }
-}
-
 fn write_file_def(run: &Arc<Run>) -> ToolDef {
     let input = schema(
         json!({
@@ -264,28 +287,15 @@ fn write_file_def(run: &Arc<Run>) -> ToolDef {
     );
     let description = "Write a whole file: create it (and its missing folders) or replace it \
                        entirely. To change part of a file, use edit_file.";
-    let exec = Arc::clone(run);
-    ToolDef::new(
+    let def = ToolDef::new(
         "write_file",
         description,
         input,
-        handler_fn(move |input, _ctx| {
-            let run = Arc::clone(&exec);
-            async move {
-                let input: WriteInput = parse(input)?;
-                blocking(move || write::write_file(&run, &input.path, &input.content)).await
-            }
+        handler(run, |run, input: WriteInput, _| {
+            write::write_file(run, &input.path, &input.content)
         }),
-    )
-    .effects(writing_effects())
-    .subject({
-        let run = Arc::clone(run);
-        move |input| Some(run.shown(path_of(input)))
-    })
-    .writes({
-        let run = Arc::clone(run);
-        move |input| Some(run.absolute(path_of(input)))
-    })
+    );
+    writes_its_path(def, run)
 }
 
 #[derive(Deserialize)]
@@ -310,31 +320,15 @@ fn edit_file_def(run: &Arc<Run>) -> ToolDef {
     let description = "Replace an exact piece of text in a file. old must occur exactly once \
                        (add neighbouring lines to make it unique) unless all is true. Read the \
                        file with read_file first.";
-    let exec = Arc::clone(run);
-    ToolDef::new(
+    let def = ToolDef::new(
         "edit_file",
         description,
         input,
-        handler_fn(move |input, _ctx| {
-            let run = Arc::clone(&exec);
-            async move {
-                let input: EditInput = parse(input)?;
-                blocking(move || {
-                    write::edit_file(&run, &input.path, &input.old, &input.new, input.all)
-                })
-                .await
-            }
+        handler(run, |run, input: EditInput, _| {
+            write::edit_file(run, &input.path, &input.old, &input.new, input.all)
         }),
-    )
-    .effects(writing_effects())
-    .subject({
-        let run = Arc::clone(run);
-        move |input| Some(run.shown(path_of(input)))
-    })
-    .writes({
-        let run = Arc::clone(run);
-        move |input| Some(run.absolute(path_of(input)))
-    })
+    );
+    writes_its_path(def, run)
 }
 
 fn pattern_of(input: &Value) -> Option<String> {
@@ -364,21 +358,12 @@ fn list_files_def(run: &Arc<Run>) -> ToolDef {
          entries come back.",
         list::MAX_ENTRIES
     );
-    let exec = Arc::clone(run);
     ToolDef::new(
         "list_files",
         description,
         input,
-        handler_fn(move |input, ctx| {
-            let run = Arc::clone(&exec);
-            async move {
-                let input: ListInput = parse(input)?;
-                let cancel = ctx.signal.token().clone();
-                blocking(move || {
-                    list::list_files(&run, &input.pattern, input.cwd.as_deref(), &cancel)
-                })
-                .await
-            }
+        handler(run, |run, input: ListInput, cancel| {
+            list::list_files(run, &input.pattern, input.cwd.as_deref(), cancel)
         }),
     )
     .effects(ToolEffects {
@@ -415,28 +400,19 @@ fn search_files_def(run: &Arc<Run>) -> ToolDef {
          at most {max_matches}. Binary files, files over 2 MiB, node_modules and .git are \
          skipped."
     );
-    let exec = Arc::clone(run);
     ToolDef::new(
         "search_files",
         description,
         input,
-        handler_fn(move |input, ctx| {
-            let run = Arc::clone(&exec);
-            async move {
-                let input: SearchInput = parse(input)?;
-                let cancel = ctx.signal.token().clone();
-                blocking(move || {
-                    let query = search::SearchInput {
-                        pattern: &input.pattern,
-                        path: input.path.as_deref(),
-                        glob: input.glob.as_deref(),
-                        ignore_case: input.ignore_case,
-                        limit: input.limit,
-                    };
-                    search::search_files(&run, &query, &cancel)
-                })
-                .await
-            }
+        handler(run, |run, input: SearchInput, cancel| {
+            let query = search::SearchInput {
+                pattern: &input.pattern,
+                path: input.path.as_deref(),
+                glob: input.glob.as_deref(),
+                ignore_case: input.ignore_case,
+                limit: input.limit,
+            };
+            search::search_files(run, &query, cancel)
         }),
     )
     .effects(ToolEffects {

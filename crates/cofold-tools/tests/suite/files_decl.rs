@@ -38,10 +38,10 @@ async fn tools_come_in_order_with_their_effects() {
 async fn instructions_name_the_workspace_on_their_first_line() {
     let ws = Ws::f();
     let files = Files::f(&ws, "s").await;
-    let first = files.instructions.lines().next().expect("a line");
+    let first = files.text().lines().next().expect("a line");
     assert!(first.contains(&ws.text()), "{first}");
-    assert_eq!(files.instructions.lines().count(), 3);
-    assert!(!files.instructions.ends_with('\n'));
+    assert_eq!(files.text().lines().count(), 3);
+    assert!(!files.text().ends_with('\n'));
 }
 
 #[tokio::test]

@@ -1,16 +1,15 @@
-//! Fixture F of tools.md §9 and a small driver that calls the files tools the way the harness
-//! does: validate the input against the tool's schema, then execute.
+//! Fixture F of tools.md §9, and the files tools of one run through the shared driver.
 
 use std::fs;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cofold_agents::capability::{Capability, CapabilityArgs};
-use cofold_agents::store::MemoryStore;
-use cofold_agents::tool::{AbortController, AbortSignal, KvScopes, Resources, Tool, ToolContext};
+use cofold_agents::capability::Capability;
 use cofold_tools::files::{FilesOptions, ReadRecord, files};
-use serde_json::Value;
 use tempfile::TempDir;
+
+use super::tools_driver::Caps;
 
 /// A temporary workspace, canonicalised.
 pub struct Ws {
@@ -81,27 +80,15 @@ pub fn f_options() -> FilesOptions {
     }
 }
 
-pub fn args(workspace: &Path, session: &str) -> CapabilityArgs {
-    CapabilityArgs {
-        agent_id: "agent".into(),
-        session_id: session.into(),
-        run_id: "run".into(),
-        workspace: Some(workspace.to_string_lossy().into_owned()),
-        kv: kv(),
-        signal: AbortSignal::never(),
+/// The files tools of one run: the shared driver, resolved from the files capability.
+pub struct Files(Caps);
+
+impl Deref for Files {
+    type Target = Caps;
+
+    fn deref(&self) -> &Caps {
+        &self.0
     }
-}
-
-fn kv() -> KvScopes {
-    KvScopes::new(Arc::new(MemoryStore::new()), "agent", "ns", None)
-}
-
-/// The files tools of one run.
-pub struct Files {
-    pub tools: Vec<Tool>,
-    pub instructions: String,
-    session: String,
-    workspace: PathBuf,
 }
 
 impl Files {
@@ -109,97 +96,18 @@ impl Files {
     pub async fn new(workspace: &Path, session: &str, options: FilesOptions) -> Files {
         let capability = files(options);
         assert_eq!(capability.id(), "files");
-        let args = args(workspace, session);
-        let tools = capability.tools(&args).await.expect("tools");
-        let instructions = capability
-            .instructions(&args)
-            .await
-            .expect("instructions")
-            .expect("some instructions");
-        Files {
-            tools,
-            instructions,
-            session: session.to_owned(),
-            workspace: workspace.to_path_buf(),
-        }
+        let caps = Caps::for_session(&capability, Some(workspace), session).await;
+        assert!(
+            caps.instructions.is_some(),
+            "the files section is always there"
+        );
+        Files(caps)
     }
 
     /// Fixture F's tools for session `s` (or another), sharing nothing with other tests.
     pub async fn f(ws: &Ws, session: &str) -> Files {
         Files::new(&ws.root, session, f_options()).await
     }
-
-    pub fn tool(&self, name: &str) -> &Tool {
-        self.tools
-            .iter()
-            .find(|t| t.name() == name)
-            .unwrap_or_else(|| panic!("no tool {name}"))
-    }
-
-    pub fn subject(&self, name: &str, input: Value) -> Option<String> {
-        let tool = self.tool(name);
-        let input = tool.validate(&input).expect("valid input");
-        tool.subject(&input)
-    }
-
-    pub fn writes(&self, name: &str, input: Value) -> Option<PathBuf> {
-        let tool = self.tool(name);
-        let input = tool.validate(&input).expect("valid input");
-        tool.writes(&input)
-    }
-
-    /// Calls a tool; `Ok` is the result text, `Err` the refusal sentence.
-    pub async fn call(&self, name: &str, input: Value) -> Result<String, String> {
-        self.call_with(name, input, AbortSignal::never()).await
-    }
-
-    pub async fn call_with(
-        &self,
-        name: &str,
-        input: Value,
-        signal: AbortSignal,
-    ) -> Result<String, String> {
-        let tool = self.tool(name);
-        let input = tool
-            .validate(&input)
-            .expect("the harness would refuse this input");
-        let ctx = ToolContext {
-            agent_id: "agent".into(),
-            session_id: self.session.clone(),
-            run_id: "run".into(),
-            call_id: "call".into(),
-            invocation_id: "inv".into(),
-            workspace: Some(self.workspace.to_string_lossy().into_owned()),
-            signal,
-            kv: kv(),
-            resources: Resources::new(),
-        };
-        match tool.execute(input, ctx).await {
-            Ok(output) => Ok(output.content),
-            Err(error) => Err(error.to_string()),
-        }
-    }
-
-    pub async fn ok(&self, name: &str, input: Value) -> String {
-        match self.call(name, input).await {
-            Ok(text) => text,
-            Err(refusal) => panic!("{name} refused: {refusal}"),
-        }
-    }
-
-    pub async fn refused(&self, name: &str, input: Value) -> String {
-        match self.call(name, input).await {
-            Ok(text) => panic!("{name} answered instead of refusing: {text}"),
-            Err(refusal) => refusal,
-        }
-    }
-}
-
-/// A signal that has already fired.
-pub fn cancelled() -> AbortSignal {
-    let controller = AbortController::new();
-    controller.abort(cofold_agents::tool::AbortReason::Cancel { reason: None });
-    controller.signal()
 }
 
 /// The parent of a path as text with `/`.

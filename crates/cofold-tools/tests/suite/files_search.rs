@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::files_fixture::{Files, Ws, cancelled};
+use super::files_fixture::{Files, Ws};
+use super::tools_driver::cancelled;
 
 fn search(pattern: &str) -> Value {
     json!({"pattern": pattern})

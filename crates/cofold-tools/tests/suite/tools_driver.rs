@@ -1,5 +1,5 @@
-//! A driver for the shell, web and memory capabilities: resolve a capability for one run, then
-//! call its tools the way the harness does (validate against the schema, then execute).
+//! The one driver every capability's tests use: resolve a capability for one run, then call its
+//! tools the way the harness does (validate against the schema, then execute).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use serde_json::Value;
 pub struct Caps {
     pub tools: Vec<Tool>,
     pub instructions: Option<String>,
+    session: String,
     workspace: Option<PathBuf>,
 }
 
@@ -22,10 +23,11 @@ fn kv() -> KvScopes {
     KvScopes::new(Arc::new(MemoryStore::new()), "agent", "ns", None)
 }
 
-pub fn run_args(workspace: Option<&Path>) -> CapabilityArgs {
+/// The arguments of a run of session `session` in `workspace`.
+pub fn session_args(workspace: Option<&Path>, session: &str) -> CapabilityArgs {
     CapabilityArgs {
         agent_id: "agent".into(),
-        session_id: "session".into(),
+        session_id: session.into(),
         run_id: "run".into(),
         workspace: workspace.map(|w| w.to_string_lossy().into_owned()),
         kv: kv(),
@@ -33,15 +35,30 @@ pub fn run_args(workspace: Option<&Path>) -> CapabilityArgs {
     }
 }
 
+/// The arguments of a run of the default session in `workspace`.
+pub fn run_args(workspace: Option<&Path>) -> CapabilityArgs {
+    session_args(workspace, "session")
+}
+
 impl Caps {
     /// Resolves `capability` for a run in `workspace`.
     pub async fn of(capability: &dyn Capability, workspace: Option<&Path>) -> Caps {
-        let args = run_args(workspace);
+        Caps::for_session(capability, workspace, "session").await
+    }
+
+    /// Resolves `capability` for a run of session `session` in `workspace`.
+    pub async fn for_session(
+        capability: &dyn Capability,
+        workspace: Option<&Path>,
+        session: &str,
+    ) -> Caps {
+        let args = session_args(workspace, session);
         let tools = capability.tools(&args).await.expect("tools");
         let instructions = capability.instructions(&args).await.expect("instructions");
         Caps {
             tools,
             instructions,
+            session: session.to_owned(),
             workspace: workspace.map(Path::to_path_buf),
         }
     }
@@ -92,7 +109,7 @@ impl Caps {
             .expect("the harness would refuse this input");
         let ctx = ToolContext {
             agent_id: "agent".into(),
-            session_id: "session".into(),
+            session_id: self.session.clone(),
             run_id: "run".into(),
             call_id: "call".into(),
             invocation_id: "inv".into(),
@@ -133,4 +150,11 @@ pub fn controller() -> AbortController {
 /// Fires `controller` as a cancel.
 pub fn cancel(controller: &AbortController) {
     controller.abort(AbortReason::Cancel { reason: None });
+}
+
+/// A signal that has already fired.
+pub fn cancelled() -> AbortSignal {
+    let controller = controller();
+    cancel(&controller);
+    controller.signal()
 }
