@@ -11,6 +11,7 @@ use ahpd_sdk::{Agent, HostHandle};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::live::LiveSessions;
 use crate::records::{EngineSlot, Entry, RecordError, RecordStore, Status};
 use crate::vault::Vault;
 
@@ -56,6 +57,8 @@ pub struct AgentsChannel {
     /// Puts and deletes run one at a time so files, state and published actions agree.
     ops: tokio::sync::Mutex<()>,
     host: OnceLock<HostHandle>,
+    /// Where the sessions of the agents handed to the host are tracked (closed at shutdown).
+    live: Arc<LiveSessions>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -64,7 +67,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl AgentsChannel {
     /// Loads every record and builds the agents of the valid ones.
-    pub fn new(store: RecordStore, engines: Vec<EngineSlot>, fixed: Vec<FixedAgent>) -> Self {
+    pub fn new(
+        store: RecordStore,
+        engines: Vec<EngineSlot>,
+        fixed: Vec<FixedAgent>,
+        live: Arc<LiveSessions>,
+    ) -> Self {
         let taken = fixed_ids(&fixed);
         let mut entries = BTreeMap::new();
         let mut built = BTreeMap::new();
@@ -87,10 +95,12 @@ impl AgentsChannel {
             inner: Mutex::new(Inner { entries, built }),
             ops: tokio::sync::Mutex::new(()),
             host: OnceLock::new(),
+            live,
         }
     }
 
-    /// The host's agents, in order: by plugin, fixed agents first, then records by id.
+    /// The host's agents, in order: by plugin, fixed agents first, then records by id. Each is
+    /// wrapped so its sessions can be closed at shutdown.
     pub fn agents(&self) -> Vec<Arc<dyn Agent>> {
         let inner = lock(&self.inner);
         let mut keyed: Vec<(usize, u8, String, Arc<dyn Agent>)> = self
@@ -108,7 +118,7 @@ impl AgentsChannel {
             keyed.push((order, 1, id.clone(), agent.clone()));
         }
         keyed.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
-        keyed.into_iter().map(|k| k.3).collect()
+        keyed.into_iter().map(|k| self.live.wrap(k.3)).collect()
     }
 
     /// How many records are in each state, for the start's log line.

@@ -81,6 +81,11 @@ impl Locations {
         self.dir.join("agents")
     }
 
+    /// `sessions.json`, the host's session store (§8).
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.join("sessions.json")
+    }
+
     /// `daemon.json`, the detached daemon's record.
     pub fn daemon_record(&self) -> PathBuf {
         self.dir.join("daemon.json")

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ahpd_sdk::ahp_types::common::JsonObject;
 use ahpd_sdk::plugin::{Engine, Registrar};
+use ahpd_sdk::ports::FileSessionStore;
 use ahpd_sdk::resources::FileResources;
 use ahpd_sdk::transport::ws::WsConfig;
 use ahpd_sdk::{Agent, HostBuilder, HostError};
@@ -19,11 +20,15 @@ use crate::channel::{AgentsChannel, CHANNEL, FixedAgent};
 use crate::cli::RunArgs;
 use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
 use crate::fsutil;
+use crate::live::LiveSessions;
 use crate::locations::Locations;
 use crate::plugins::{self, State, options::SecretMode};
 use crate::process::{self, DaemonRecord};
 use crate::records::{EngineSlot, RecordStore};
 use crate::vault::Vault;
+
+/// How long a shutdown waits for the sessions' backends to close, in all (§10.4).
+const SESSION_CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why the daemon did not start or stopped with a failure.
 #[derive(Debug, thiserror::Error)]
@@ -238,7 +243,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     }
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
-    let signals = Signals::new()?;
+    let mut signals = Signals::new()?;
     let cands = plugins::plan(&settings, Some(run), &loc.dir)?;
     if !run.no_plugins && !cands.iter().any(|c| c.enabled) {
         return Err(ServeError::Usage(no_plugin_message()));
@@ -256,7 +261,8 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     if let Err(e) = store.seed(&engines) {
         tracing::error!("cannot write the default agent records: {e}");
     }
-    let channel = Arc::new(AgentsChannel::new(store, engines, fixed));
+    let live = LiveSessions::new();
+    let channel = Arc::new(AgentsChannel::new(store, engines, fixed, live.clone()));
     let agents = channel.agents();
     let (valid, other) = channel.counts();
     if agents.is_empty() && !run.no_plugins {
@@ -284,16 +290,27 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }
+    // Titles, flags and settings of sessions survive a restart (§8).
+    let sessions =
+        FileSessionStore::open(loc.sessions()).map_err(|e| ServeError::Runtime(e.to_string()))?;
+    builder = builder.session_store(Arc::new(sessions));
     let host = builder
         .build()
         .map_err(|e| ServeError::Usage(e.to_string()))?;
 
     if run.stdio {
         tokio::select! {
-            () = host.serve_stdio() => {}
-            code = signals.wait() => return Ok(code),
+            () = host.serve_stdio() => {
+                // The input ended: the client is gone, so no second signal is awaited.
+                live.close_all().await;
+                if let Err(e) = host.flush_session_store().await {
+                    tracing::error!("{e}");
+                }
+                return Ok(0);
+            }
+            () = signals.first() => {}
         }
-        return Ok(0);
+        return Ok(shutdown(&host, None, &live, signals, None).await);
     }
 
     let addr = resolve_addr(&settings.host.value, settings.port.value).await?;
@@ -337,17 +354,64 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         }
     }
 
-    let code = signals.wait().await;
+    signals.first().await;
+    Ok(shutdown(
+        &host,
+        Some(server),
+        &live,
+        signals,
+        run.detached_child.then_some(record_path.as_path()),
+    )
+    .await)
+}
+
+/// The graceful stop after the first SIGTERM/SIGINT (§10.4): stop listening, close every
+/// connection (the host sends `1001`), close every session's backend within 10 s in all, write
+/// the session store. A second signal meanwhile ends the process at once with code 1.
+async fn shutdown(
+    host: &ahpd_sdk::Host,
+    server: Option<ahpd_sdk::transport::ws::WsServer>,
+    live: &LiveSessions,
+    mut signals: Signals,
+    record: Option<&Path>,
+) -> i32 {
     tracing::info!("shutting down");
-    server.stop();
-    host.shutdown();
-    // Sessions get a bounded time to close; a second signal ends the process at once.
-    let _ = tokio::time::timeout(Duration::from_secs(10), server.wait()).await;
-    if run.detached_child {
-        process::remove_record_if_ours(&record_path);
+    let graceful = async {
+        if let Some(server) = &server {
+            server.stop();
+        }
+        host.shutdown();
+        let closing = async {
+            if let Some(server) = server {
+                server.wait().await;
+            }
+            live.close_all().await
+        };
+        match tokio::time::timeout(SESSION_CLOSE_LIMIT, closing).await {
+            Ok(n) => tracing::info!(sessions = n, "sessions closed"),
+            Err(_) => tracing::warn!(
+                "sessions still closing after {} s: stopping without them",
+                SESSION_CLOSE_LIMIT.as_secs()
+            ),
+        }
+        if let Err(e) = host.flush_session_store().await {
+            tracing::error!("{e}");
+        }
+    };
+    tokio::select! {
+        // A second signal wins over a shutdown that could also finish now.
+        biased;
+        () = signals.next() => {
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        }
+        () = graceful => {}
+    }
+    if let Some(path) = record {
+        process::remove_record_if_ours(path);
     }
     tracing::info!("stopped");
-    Ok(code)
+    0
 }
 
 /// Brackets an IPv6 literal for a URL.
@@ -392,9 +456,8 @@ impl Signals {
         })
     }
 
-    /// Waits for SIGTERM or SIGINT (SIGHUP is noted and ignored); after it, a second signal
-    /// exits at once with code 1. Returns the exit code of the clean stop.
-    async fn wait(mut self) -> i32 {
+    /// Waits for SIGTERM or SIGINT; SIGHUP is noted and ignored.
+    async fn first(&mut self) {
         loop {
             tokio::select! {
                 _ = self.term.recv() => break,
@@ -402,14 +465,13 @@ impl Signals {
                 _ = self.hup.recv() => tracing::info!("SIGHUP ignored: the configuration is read at start only"),
             }
         }
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = self.term.recv() => {},
-                _ = self.int.recv() => {},
-            }
-            tracing::warn!("second signal: exiting now");
-            std::process::exit(1);
-        });
-        0
+    }
+
+    /// Waits for the next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! A turn answers with the prompt's text as one markdown part sent in three deltas; the prompt
 //! `/hang` runs until cancelled. Conversations are files under the option `store`, so listing,
-//! transcripts and restarts behave as they would with a real engine.
+//! transcripts and restarts behave as they would with a real engine. A record with
+//! `"closeHangs": true` makes sessions whose close never finishes, to test the bounded shutdown.
 //! `@ahpd/agent-echo-twin` registers the same engine, to exercise the duplicate-engine refusal.
 
 use std::collections::HashMap;
@@ -117,7 +118,8 @@ fn record_schema() -> Value {
         "type": "object",
         "properties": {
             "apiKey": {"type": "string", "writeOnly": true, "title": "API key (unused)"},
-            "delayMs": {"type": "integer", "minimum": 0, "maximum": 60000, "title": "Pause between deltas"}
+            "delayMs": {"type": "integer", "minimum": 0, "maximum": 60000, "title": "Pause between deltas"},
+            "closeHangs": {"type": "boolean", "title": "Sessions never finish closing (tests only)"}
         },
         "additionalProperties": false
     })
@@ -133,7 +135,7 @@ impl Engine for EchoEngine {
     }
 
     fn host_only_fields(&self) -> Vec<String> {
-        vec!["delayMs".into()]
+        vec!["delayMs".into(), "closeHangs".into()]
     }
 
     fn template(&self) -> JsonObject {
@@ -166,10 +168,16 @@ impl Engine for EchoEngine {
             .unwrap_or(self.delay);
         let mut descriptor = AgentDescriptor::new(record.id.clone(), record.name.clone());
         descriptor.description = record.description.clone().unwrap_or_default();
+        let close_hangs = record
+            .config
+            .get("closeHangs")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(Arc::new(EchoAgent {
             descriptor,
             store: self.store.clone(),
             delay: Duration::from_millis(delay),
+            close_hangs,
         }))
     }
 }
@@ -192,6 +200,7 @@ struct EchoAgent {
     descriptor: AgentDescriptor,
     store: PathBuf,
     delay: Duration,
+    close_hangs: bool,
 }
 
 fn conversation_path(store: &Path, id: &str) -> Option<PathBuf> {
@@ -252,6 +261,7 @@ impl Agent for EchoAgent {
             conversation: Arc::new(tokio::sync::Mutex::new(conversation)),
             delay: self.delay,
             runs: HashMap::new(),
+            close_hangs: self.close_hangs,
         }))
     }
 
@@ -303,6 +313,7 @@ struct EchoSession {
     conversation: Arc<tokio::sync::Mutex<Conversation>>,
     delay: Duration,
     runs: HashMap<String, JoinHandle<()>>,
+    close_hangs: bool,
 }
 
 /// Three pieces of `text`, split at character boundaries.
@@ -413,6 +424,9 @@ impl Session for EchoSession {
     async fn close(&mut self) {
         for (_, h) in self.runs.drain() {
             h.abort();
+        }
+        if self.close_hangs {
+            std::future::pending::<()>().await;
         }
     }
 }

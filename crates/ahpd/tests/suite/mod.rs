@@ -7,5 +7,6 @@ mod plugins;
 mod process;
 mod records;
 mod sessions;
+mod shutdown;
 mod support;
 mod vault;

@@ -158,3 +158,108 @@ fn restart_is_refused_while_a_turn_runs() {
     assert_ne!(again["pid"], record["pid"]);
     assert_eq!(env.run(&["stop"]).status.code(), Some(0));
 }
+
+/// Dispatches a client action on `channel` and waits for its echo, which must not be rejected.
+async fn dispatch_accepted(client: &Client, channel: &str, action: Value) {
+    let mut sub = client.attach_subscription(channel).await;
+    let action: ahp_types::actions::StateAction = serde_json::from_value(action).unwrap();
+    let seq = client
+        .dispatch(channel.to_owned(), action)
+        .await
+        .unwrap()
+        .client_seq;
+    loop {
+        if let Some(SubscriptionEvent::Action(env)) = sub.recv().await
+            && env.origin.as_ref().is_some_and(|o| o.client_seq == seq)
+        {
+            assert!(env.rejection_reason.is_none(), "{env:?}");
+            return;
+        }
+    }
+}
+
+#[test]
+fn titles_and_flags_survive_a_restart_in_sessions_json() {
+    let env = Env::new();
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "kept.log");
+    let (uri, client_id, last_seq) = rt().block_on(async {
+        let (client, init) = client(&daemon.address).await;
+        let (uri, chat) = open_session(&client).await;
+        let _: Value = client
+            .request("subscribe", json!({"channel": uri}))
+            .await
+            .unwrap();
+        assert_eq!(run_turn(&client, &chat, "t1", "one").await, "one");
+        assert_eq!(run_turn(&client, &chat, "t2", "two").await, "two");
+        for action in [
+            json!({"type": "session/titleChanged", "title": "Renamed by hand"}),
+            json!({"type": "session/isReadChanged", "isRead": true}),
+            json!({"type": "session/isArchivedChanged", "isArchived": true}),
+        ] {
+            dispatch_accepted(&client, &uri, action).await;
+        }
+        (uri, "suite".to_owned(), init.server_seq)
+    });
+    assert_eq!(daemon.stop(), 0);
+    let store = env.dir().join("sessions.json");
+    assert_eq!(mode(&store), 0o600);
+    let saved = std::fs::read_to_string(&store).unwrap();
+    assert!(saved.contains("Renamed by hand"), "{saved}");
+
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "kept.log");
+    // A client coming back with its old id: this process never saw it, so it
+    // gets snapshots. (Done first: the clients below use the same id.)
+    rt().block_on(async {
+        let transport = ahp_ws::WebSocketTransport::connect(&daemon.address)
+            .await
+            .unwrap();
+        let again = Client::connect(transport, ahp::client::ClientConfig::default())
+            .await
+            .unwrap();
+        let result = again
+            .reconnect(client_id, last_seq, vec![uri.clone()])
+            .await
+            .unwrap();
+        assert!(
+            matches!(result, ahp_types::commands::ReconnectResult::Snapshot(_)),
+            "{result:?}"
+        );
+    });
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let list: Value = client
+            .request(
+                "listSessions",
+                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
+            )
+            .await
+            .unwrap();
+        let row = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == uri.as_str())
+            .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
+        assert_eq!(row["title"], "Renamed by hand");
+        let status = row["status"].as_u64().unwrap();
+        assert_eq!(status & 64, 64, "archived: {row}");
+        assert_eq!(status & 32, 32, "read: {row}");
+        let chat = ahpd_sdk::util::default_chat_uri(&uri);
+        let _: Value = client
+            .request("subscribe", json!({"channel": uri}))
+            .await
+            .unwrap();
+        let reply: Value = client
+            .request("subscribe", json!({"channel": chat}))
+            .await
+            .unwrap();
+        let turns = reply["snapshot"]["state"]["turns"].as_array().unwrap();
+        let prompts: Vec<&str> = turns
+            .iter()
+            .map(|t| t["message"]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(prompts, ["one", "two"], "{reply}");
+        assert_eq!(run_turn(&client, &chat, "t3", "three").await, "three");
+    });
+    assert_eq!(daemon.stop(), 0);
+}

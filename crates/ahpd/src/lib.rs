@@ -1,0 +1,113 @@
+//! `ahpd`: the Agent Host Protocol daemon.
+//!
+//! The binary adds to the `ahpd-sdk` host what a person running it needs: the command line, the
+//! configuration files, compiled-in plugins, the vault, the agent records channel, process
+//! management and logs.
+
+mod channel;
+mod cli;
+mod client;
+mod commands;
+mod config;
+mod fsutil;
+mod live;
+mod locations;
+mod logs;
+mod plugins;
+mod process;
+mod records;
+mod serve;
+mod sys;
+mod vault;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::locations::Locations;
+
+/// Parses the command line, runs what it asks for and returns the process exit code (§2.2 of the
+/// daemon's design). Failures are printed as one `ahpd: ...` line on standard error.
+pub fn run_command_line() -> i32 {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("ahpd: {err}");
+            exit_code_of(&err)
+        }
+    }
+}
+
+/// Maps a failure to the exit code its kind calls for (§2.2 of the daemon's design).
+fn exit_code_of(err: &anyhow::Error) -> i32 {
+    if let Some(e) = err.downcast_ref::<serve::ServeError>() {
+        e.exit_code()
+    } else if let Some(e) = err.downcast_ref::<commands::CommandError>() {
+        e.exit_code()
+    } else if let Some(e) = err.downcast_ref::<process::ProcessError>() {
+        e.exit_code()
+    } else if err.downcast_ref::<config::ConfigError>().is_some() {
+        2
+    } else {
+        1
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    let loc = Locations::resolve(cli.config_file.as_deref())?;
+    match cli.command {
+        None => {
+            if cli.run.detached_child {
+                sys::new_session();
+            }
+            logs::init("info");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            let code = runtime.block_on(serve::run(&loc, &cli.run))?;
+            // Backend tasks that ignore cancellation must not hold the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            Ok(code)
+        }
+        Some(Command::Start(run)) => {
+            logs::init("warn");
+            let all: Vec<String> = std::env::args().collect();
+            let cwd = std::env::current_dir()?;
+            process::start(&loc, &run, process::start_argv(&all), &cwd)?;
+            Ok(0)
+        }
+        Some(Command::Stop) => {
+            logs::init("warn");
+            process::stop(&loc)?;
+            Ok(0)
+        }
+        Some(Command::Status { json }) => {
+            logs::init("warn");
+            Ok(process::status(&loc, json)?)
+        }
+        Some(Command::Restart { force }) => {
+            logs::init("warn");
+            process::restart(&loc, force)?;
+            Ok(0)
+        }
+        Some(Command::Config { json }) => {
+            logs::init("warn");
+            commands::show_config(&loc, json)?;
+            Ok(0)
+        }
+        Some(Command::Plugin(cmd)) => {
+            logs::init("warn");
+            Ok(commands::plugin(&loc, &cmd)?)
+        }
+        Some(Command::Vault(cmd)) => {
+            logs::init("warn");
+            commands::vault_cmd(&loc, &cmd)?;
+            Ok(0)
+        }
+        Some(Command::Completion { shell }) => {
+            commands::completion(shell);
+            Ok(0)
+        }
+    }
+}

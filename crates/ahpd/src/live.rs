@@ -1,0 +1,212 @@
+//! Live sessions, so a shutdown can close every backend (§10.4 of the daemon's design).
+//!
+//! The host owns each session it opens and closes it only when the session is disposed. To
+//! close them all when the daemon stops, every agent handed to the host is wrapped: a session it
+//! creates is kept behind a shared slot the daemon can empty. The wrapper forwards every member
+//! of `Agent` and `Session`, so the host sees the agent unchanged.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use ahpd_sdk::ahp_types::commands::{CompletionItem, CompletionItemKind, SessionConfigValueItem};
+use ahpd_sdk::ahp_types::common::JsonObject;
+use ahpd_sdk::ahp_types::state::{PendingMessage, SessionConfigSchema, Turn};
+use ahpd_sdk::{
+    Agent, AgentDescriptor, AgentError, ForkPoint, PastSession, Probe, Refusal, Session,
+    SessionStart, TurnRequest,
+};
+use async_trait::async_trait;
+
+/// One session, `None` once closed.
+type Cell = Mutex<Option<Box<dyn Session>>>;
+type Slot = Arc<Cell>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Every session the wrapped agents opened that is not closed yet.
+#[derive(Default)]
+pub struct LiveSessions {
+    slots: Mutex<Vec<Weak<Cell>>>,
+}
+
+impl LiveSessions {
+    /// A new, empty set.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// `agent`, with the sessions it opens tracked here.
+    pub fn wrap(self: &Arc<Self>, agent: Arc<dyn Agent>) -> Arc<dyn Agent> {
+        Arc::new(Tracked {
+            inner: agent,
+            live: self.clone(),
+        })
+    }
+
+    fn add(&self, slot: &Slot) {
+        let mut slots = lock(&self.slots);
+        // Forget sessions the host has already dropped, so the list does not grow for ever.
+        slots.retain(|w| w.strong_count() > 0);
+        slots.push(Arc::downgrade(slot));
+    }
+
+    /// Closes every open session, all at once; returns how many there were. The host's later
+    /// calls on a closed session do nothing.
+    pub async fn close_all(&self) -> usize {
+        let taken: Vec<Box<dyn Session>> = {
+            let mut slots = lock(&self.slots);
+            let taken = slots
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter_map(|slot| lock(&slot).take())
+                .collect();
+            slots.clear();
+            taken
+        };
+        let count = taken.len();
+        futures::future::join_all(taken.into_iter().map(|mut s| async move {
+            s.close().await;
+        }))
+        .await;
+        count
+    }
+}
+
+/// An agent whose sessions are tracked.
+struct Tracked {
+    inner: Arc<dyn Agent>,
+    live: Arc<LiveSessions>,
+}
+
+#[async_trait]
+impl Agent for Tracked {
+    fn descriptor(&self) -> AgentDescriptor {
+        self.inner.descriptor()
+    }
+
+    fn config_schema(&self, working_directory: Option<&Path>) -> SessionConfigSchema {
+        self.inner.config_schema(working_directory)
+    }
+
+    fn config_defaults(&self, working_directory: Option<&Path>) -> JsonObject {
+        self.inner.config_defaults(working_directory)
+    }
+
+    fn validate_config(&self, values: &JsonObject) -> Result<(), Refusal> {
+        self.inner.validate_config(values)
+    }
+
+    async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
+        let session = self.inner.create(start).await?;
+        let backend_id = session.backend_id();
+        let slot: Slot = Arc::new(Mutex::new(Some(session)));
+        self.live.add(&slot);
+        Ok(Box::new(TrackedSession { slot, backend_id }))
+    }
+
+    async fn probe(&self) -> Probe {
+        self.inner.probe().await
+    }
+
+    async fn list(&self) -> Vec<PastSession> {
+        self.inner.list().await
+    }
+
+    async fn find(&self, id: &str) -> Option<PastSession> {
+        self.inner.find(id).await
+    }
+
+    async fn transcript(&self, id: &str) -> Option<Vec<Turn>> {
+        self.inner.transcript(id).await
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), AgentError> {
+        self.inner.delete(id).await
+    }
+
+    async fn config_completions(
+        &self,
+        property: &str,
+        query: Option<&str>,
+        working_directory: Option<&Path>,
+        values: &JsonObject,
+    ) -> Vec<SessionConfigValueItem> {
+        self.inner
+            .config_completions(property, query, working_directory, values)
+            .await
+    }
+}
+
+/// A session the daemon can close from outside. Once closed (by the host or by a shutdown),
+/// every call is a no-op with the answer a backend without that feature gives.
+struct TrackedSession {
+    slot: Slot,
+    backend_id: String,
+}
+
+impl TrackedSession {
+    fn with<R>(&self, closed: R, f: impl FnOnce(&mut Box<dyn Session>) -> R) -> R {
+        match lock(&self.slot).as_mut() {
+            Some(s) => f(s),
+            None => closed,
+        }
+    }
+}
+
+fn closed_refusal() -> Refusal {
+    Refusal::new("the session is closed")
+}
+
+#[async_trait]
+impl Session for TrackedSession {
+    fn backend_id(&self) -> String {
+        self.backend_id.clone()
+    }
+
+    fn begin(&mut self, turn: TurnRequest) {
+        self.with((), |s| s.begin(turn));
+    }
+
+    fn cancel(&mut self, turn_id: &str) {
+        self.with((), |s| s.cancel(turn_id));
+    }
+
+    fn steer(&mut self, message: PendingMessage) -> bool {
+        self.with(false, |s| s.steer(message))
+    }
+
+    fn configure(&mut self, changes: &JsonObject) -> Result<(), Refusal> {
+        self.with(Err(closed_refusal()), |s| s.configure(changes))
+    }
+
+    fn resume_turn(&mut self, turn_id: &str) -> Result<(), Refusal> {
+        self.with(Err(closed_refusal()), |s| s.resume_turn(turn_id))
+    }
+
+    fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), Refusal> {
+        self.with(Err(closed_refusal()), |s| s.rewind(turn_id))
+    }
+
+    fn fork_point(&self, turn_id: &str) -> Option<ForkPoint> {
+        self.with(None, |s| s.fork_point(turn_id))
+    }
+
+    fn completions(
+        &self,
+        kind: &CompletionItemKind,
+        text: &str,
+        offset: i64,
+    ) -> Vec<CompletionItem> {
+        self.with(Vec::new(), |s| s.completions(kind, text, offset))
+    }
+
+    async fn close(&mut self) {
+        // Taken out first: the lock is never held across the backend's own await.
+        let taken = lock(&self.slot).take();
+        if let Some(mut s) = taken {
+            s.close().await;
+        }
+    }
+}
