@@ -77,20 +77,17 @@ async fn one(
         b = b.policy(p);
     }
     let handle = run(&b.build().expect("agent"), RunOptions::new("s", "x"));
-    let events = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        let mut out = Vec::new();
-        let mut stream = Box::pin(handle.events());
-        while let Some(e) = futures::StreamExt::next(&mut stream).await {
-            let paused = e.type_name() == "run.paused";
-            out.push(e);
-            if paused {
-                break;
-            }
+    // The stream ends with the run's `run.finished`, or we stop at its pause: no clock needed.
+    let mut events = Vec::new();
+    let mut stream = Box::pin(handle.events());
+    while let Some(e) = futures::StreamExt::next(&mut stream).await {
+        let paused = e.type_name() == "run.paused";
+        events.push(e);
+        if paused {
+            break;
         }
-        out
-    })
-    .await
-    .expect("events");
+    }
+    drop(stream);
     (events, model, handle)
 }
 

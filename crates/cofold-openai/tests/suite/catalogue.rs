@@ -181,7 +181,8 @@ async fn list_all_asks_every_provider_and_skips_failures() {
         "b".into(),
         std::sync::Arc::new(OpenAiProvider::new(opts).unwrap()),
     );
-    let all = list_all(&providers, Duration::from_secs(15)).await;
+    // A bound no loaded machine reaches: the providers answer or fail on their own.
+    let all = list_all(&providers, Duration::from_secs(3600)).await;
     let ids: Vec<String> = all.iter().map(|(p, m)| format!("{p}/{}", m.id)).collect();
     assert_eq!(ids, ["a/m1", "a/org/m2", "c/m3"]);
     assert_eq!(
