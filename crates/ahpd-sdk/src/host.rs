@@ -346,6 +346,18 @@ impl HostInner {
     }
 }
 
+/// Outbound queue figures of a host (see [`HostHandle::outbound_queue_stats`]), for operators
+/// and benchmarks that need to know whether clients kept up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Frames one connection's queue holds before the connection is closed as stalled.
+    pub capacity: usize,
+    /// The most frames any one queue held right after a frame was added to it.
+    pub high_water: usize,
+    /// Connections closed (code 1013) because their queue was full.
+    pub closed_full: u64,
+}
+
 /// A cheap, cloneable handle to a host, for extensions and embedders.
 #[derive(Clone)]
 pub struct HostHandle {
@@ -393,6 +405,16 @@ impl HostHandle {
     /// The current `serverSeq`.
     pub fn server_seq(&self) -> u64 {
         self.inner.hub.current_seq()
+    }
+
+    /// How full the per-connection outbound queues have been since the host started.
+    pub fn outbound_queue_stats(&self) -> QueueStats {
+        let (high_water, closed_full) = self.inner.hub.queue_marks();
+        QueueStats {
+            capacity: self.inner.options.outbound_queue.max(1),
+            high_water,
+            closed_full,
+        }
     }
 
     /// A snapshot of a channel (root, session or chat), as a fresh subscriber would get it.

@@ -3,6 +3,7 @@
 //! so every connection sees envelopes in increasing `serverSeq` order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ahp_types::actions::{ActionOrigin, StateAction};
@@ -72,6 +73,11 @@ pub(crate) enum Replay {
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     capacity: usize,
+    /// The deepest any outbound queue has been right after an enqueue (for benchmarks and
+    /// operators; one relaxed load per frame, a write only when the mark rises).
+    queue_high_water: AtomicUsize,
+    /// Connections closed because their outbound queue was full.
+    full_closes: AtomicU64,
 }
 
 /// Action types that exist only in protocol 1.0; withheld from 0.9 connections.
@@ -144,6 +150,8 @@ impl Hub {
         Self {
             state: Mutex::new(HubState::default()),
             capacity: capacity.max(1),
+            queue_high_water: AtomicUsize::new(0),
+            full_closes: AtomicU64::new(0),
         }
     }
 
@@ -231,14 +239,33 @@ impl Hub {
         self.lock().subs.remove(channel);
     }
 
-    fn push(entry: &mut ConnEntry, frame: &Frame) {
+    /// The deepest outbound queue seen so far and the number of connections closed for a
+    /// full one.
+    pub(crate) fn queue_marks(&self) -> (usize, u64) {
+        (
+            self.queue_high_water.load(Ordering::Relaxed),
+            self.full_closes.load(Ordering::Relaxed),
+        )
+    }
+
+    fn push(&self, entry: &mut ConnEntry, frame: &Frame) {
         if let Some(held) = entry.held.as_mut() {
             held.push(frame.clone());
             return;
         }
         match entry.tx.try_send(frame.clone()) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => entry.kill.kill(1013, "outbound queue full"),
+            Ok(()) => {
+                let depth = entry.tx.max_capacity() - entry.tx.capacity();
+                if depth > self.queue_high_water.load(Ordering::Relaxed) {
+                    self.queue_high_water.fetch_max(depth, Ordering::Relaxed);
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if !entry.kill.token().is_cancelled() {
+                    self.full_closes.fetch_add(1, Ordering::Relaxed);
+                }
+                entry.kill.kill(1013, "outbound queue full");
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
@@ -281,7 +308,7 @@ impl Hub {
                     if let Some(conn) = st.conns.get_mut(id)
                         && !(legacy_hidden && conn.legacy)
                     {
-                        Self::push(conn, &frame);
+                        self.push(conn, &frame);
                     }
                 }
                 k.clone()
@@ -319,7 +346,7 @@ impl Hub {
             Some(reason),
         ));
         if let Some(c) = st.conns.get_mut(&conn) {
-            Self::push(c, &frame);
+            self.push(c, &frame);
         }
     }
 
@@ -331,7 +358,7 @@ impl Hub {
         if let Some(set) = st.subs.get(channel) {
             for id in set {
                 if let Some(conn) = st.conns.get_mut(id) {
-                    Self::push(conn, &frame);
+                    self.push(conn, &frame);
                 }
             }
         }
@@ -341,7 +368,7 @@ impl Hub {
     pub(crate) fn send_to(&self, conn: u64, frame: Frame) {
         let mut st = self.lock();
         if let Some(c) = st.conns.get_mut(&conn) {
-            Self::push(c, &frame);
+            self.push(c, &frame);
         }
     }
 
@@ -360,9 +387,9 @@ impl Hub {
         let mut st = self.lock();
         if let Some(c) = st.conns.get_mut(&conn) {
             let held = c.held.take().unwrap_or_default();
-            Self::push(c, &reply);
+            self.push(c, &reply);
             for frame in held {
-                Self::push(c, &frame);
+                self.push(c, &frame);
             }
         }
     }
@@ -476,6 +503,8 @@ mod tests {
         assert!(kill_b.token().is_cancelled());
         assert_eq!(kill_b.reason().unwrap().0, 1013);
         assert!(!kill_a.token().is_cancelled());
+        // A's queue held all three; B's overflowed twice but counts as one closed connection.
+        assert_eq!(hub.queue_marks(), (3, 1));
         let mut got = 0;
         while rx_a.try_recv().is_ok() {
             got += 1;

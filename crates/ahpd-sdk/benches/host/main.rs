@@ -5,9 +5,13 @@
 //!   a frame from a channel to its socket.
 //! - `fanout_100`: one session streaming 256-byte deltas to 100 loopback clients with one
 //!   stalled client present, against a raw axum + `tokio::sync::broadcast` server sending the
-//!   same payloads to the same clients.
+//!   same payloads to the same clients (the figure).
+//! - `fanout_50` and `throughput_one_connection` (host.md §12): see `sustained.rs`.
 //!
-//! Run with `cargo bench -p ahpd-sdk --bench host`.
+//! `idle_rss` is the daemon's figure and is measured by `crates/ahpd/benches/startup.rs`.
+//!
+//! Run with `cargo bench -p ahpd-sdk --bench host`; `AHPD_BENCH_SECS=5` shortens the two
+//! 30-second phases and `-- --quick` also the sample counts of the first two.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
@@ -27,6 +31,8 @@ use axum::extract::ws::{Message as WsMessage, WebSocketUpgrade};
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::sync::broadcast;
+
+mod sustained;
 
 type Slot = Arc<Mutex<Option<(SessionContext, String)>>>;
 
@@ -88,11 +94,19 @@ impl RawClient {
             .unwrap();
     }
     async fn frame(&mut self) -> String {
-        match self.0.recv().await.unwrap().expect("open") {
+        self.try_frame().await.expect("open")
+    }
+    /// The next frame, or `None` once the socket closed or failed.
+    async fn try_frame(&mut self) -> Option<String> {
+        Some(match self.0.recv().await.ok()?? {
             TransportMessage::Text(s) => s,
             TransportMessage::Binary(b) => String::from_utf8(b).unwrap(),
             TransportMessage::Parsed(p) => serde_json::to_string(&p).unwrap(),
-        }
+        })
+    }
+    /// Read and drop frames until the socket ends, so this client never stalls.
+    async fn drain(mut self) {
+        while self.try_frame().await.is_some() {}
     }
     async fn reply(&mut self) -> serde_json::Value {
         loop {
@@ -110,6 +124,20 @@ impl RawClient {
             .await;
         c.reply().await;
         c
+    }
+    /// As `join`, also returning the chat state of the subscribe reply's snapshot.
+    async fn join_with_snapshot(url: &str, id: &str, chat: &str) -> (Self, ChatState) {
+        let mut c = Self::connect(url).await;
+        c.send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersions":["1.0.0"],"clientId": id}})).await;
+        c.reply().await;
+        c.send(json!({"jsonrpc":"2.0","id":2,"method":"subscribe","params":{"channel": chat}}))
+            .await;
+        let reply = c.reply().await;
+        let snap: Snapshot = serde_json::from_value(reply["result"]["snapshot"].clone()).unwrap();
+        match snap.state {
+            SnapshotState::Chat(state) => (c, *state),
+            other => panic!("subscribe to {chat} gave {other:?}"),
+        }
     }
 }
 
@@ -171,7 +199,9 @@ async fn raw_server(tx: broadcast::Sender<Arc<str>>) -> String {
                                 return;
                             }
                         }
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        // A receiver that fell a whole buffer behind is cut off, as the
+                        // host closes a connection whose queue is full.
+                        Err(broadcast::error::RecvError::Lagged(_)) => return,
                         Err(_) => return,
                     }
                 }
@@ -301,5 +331,8 @@ fn main() {
     rt.block_on(async {
         emit_to_frame(if quick { 500 } else { 10_000 }).await;
         fanout(100, if quick { 200 } else { 2_000 }).await;
+        let secs = sustained::phase_secs();
+        sustained::fanout_50(secs).await;
+        sustained::throughput_one_connection(secs).await;
     });
 }
