@@ -13,3 +13,5 @@ mod shell;
 mod standard;
 mod tools_driver;
 mod web;
+mod web_fakes;
+mod web_guard;
