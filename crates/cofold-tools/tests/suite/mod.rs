@@ -9,6 +9,7 @@ mod files_swap;
 mod memory;
 mod paths;
 mod search;
+mod search_providers;
 mod shell;
 mod standard;
 mod tools_driver;
