@@ -39,14 +39,30 @@ fn first_line(child: &mut Child) -> String {
     line.trim().to_owned()
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// Resident memory in KiB: total (`VmRSS`), private anonymous memory (`RssAnon`: heap, stacks,
+/// relocated data) and file pages (`RssFile`: the executable's and libraries' code and read-only
+/// data mapped from the page cache, shared with any other process mapping the same file).
+struct Rss {
+    total: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn rss_kib(pid: u32) -> Rss {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap()
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap()
+    };
+    Rss {
+        total: field("VmRSS:"),
+        anon: field("RssAnon:"),
+        file: field("RssFile:"),
+    }
 }
 
 fn stop(mut child: Child) {
@@ -167,15 +183,27 @@ fn main() {
         );
     }
     let mib = |kib: u64| kib as f64 / 1024.0;
-    println!("idle RSS after {} s:", IDLE.as_secs());
     println!(
-        "ahpd (echo plugin, no connection): {:7.2} MiB",
-        mib(daemon_rss)
+        "idle RSS after {} s (MiB)            total   private  file-backed",
+        IDLE.as_secs()
     );
+    let row = |name: &str, r: &Rss| {
+        println!(
+            "{name:<34} {:7.2} {:8.2} {:8.2}",
+            mib(r.total),
+            mib(r.anon),
+            mib(r.file)
+        );
+    };
+    row("ahpd (echo plugin, no connection)", &daemon_rss);
     match node_rss {
         Some(n) => {
-            println!("node -e with a timer:              {:7.2} MiB", mib(n));
-            println!("ratio ahpd / node: {:.2}", daemon_rss as f64 / n as f64);
+            row("node -e with a timer", &n);
+            println!(
+                "ratio ahpd / node: total {:.2}, private {:.2}",
+                daemon_rss.total as f64 / n.total as f64,
+                daemon_rss.anon as f64 / n.anon as f64
+            );
         }
         None => println!("node: not found on PATH; the Node.js baseline column is skipped"),
     }

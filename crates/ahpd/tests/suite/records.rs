@@ -203,12 +203,18 @@ fn bad_records_are_kept_and_shown_with_a_reason() {
         r#"{"id": "other", "engine": "cofold", "owner": "host", "name": "Other", "config": {}}"#,
     )
     .unwrap();
+    std::fs::write(
+        agents.join("fine.json"),
+        r#"{"id": "fine", "engine": "echo", "owner": "host", "name": "Fine", "config": {}}"#,
+    )
+    .unwrap();
     let broken_before = std::fs::read(agents.join("broken.json")).unwrap();
     let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "bad.log");
     rt().block_on(async {
         let (client, init) = client(&daemon.address).await;
-        // `keyed` is a record of the echo engine, so no default record is written for it.
-        assert!(agent_ids(&init).is_empty());
+        // The echo engine has records, so no default record is written for it; the bad records
+        // take nothing from the good one.
+        assert_eq!(agent_ids(&init), vec!["fine"]);
         let state = channel_state(&client).await;
         let broken = record(&state, "broken");
         assert_eq!(broken["status"], "invalid");
@@ -241,7 +247,7 @@ fn bad_records_are_kept_and_shown_with_a_reason() {
     let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "bad2.log");
     rt().block_on(async {
         let (_client, init) = client(&daemon.address).await;
-        assert_eq!(agent_ids(&init), vec!["keyed"]);
+        assert_eq!(agent_ids(&init), vec!["fine", "keyed"]);
     });
     assert_eq!(daemon.stop(), 0);
 }
@@ -279,4 +285,28 @@ fn a_deleted_default_record_stays_deleted() {
         assert!(agent_ids(&init).is_empty());
     });
     assert_eq!(daemon.stop(), 0);
+}
+
+#[test]
+fn a_record_whose_engine_no_plugin_runs_is_unavailable_and_kept() {
+    let env = Env::new();
+    // The first start with echo writes the default record `echo`.
+    let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "seed.log");
+    assert_eq!(daemon.stop(), 0);
+    let file = env.dir().join("agents").join("echo.json");
+    let before = std::fs::read(&file).unwrap();
+    let daemon = env.daemon(&["--no-plugins", "--port", "0"], "none.log");
+    rt().block_on(async {
+        let (client, init) = client(&daemon.address).await;
+        assert!(agent_ids(&init).is_empty());
+        let state = channel_state(&client).await;
+        let echo = record(&state, "echo");
+        assert_eq!(echo["status"], "unavailable");
+        assert_eq!(
+            echo["reason"],
+            "no enabled plugin registers the engine echo"
+        );
+    });
+    assert_eq!(daemon.stop(), 0);
+    assert_eq!(std::fs::read(&file).unwrap(), before);
 }
