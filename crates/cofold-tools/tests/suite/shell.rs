@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cofold_tools::shell::{ShellExecArgs, ShellOptions, ShellSpec, exec_shell, shell};
+use cofold_tools::shell::{ShellExecArgs, ShellOptions, ShellResult, ShellSpec, exec_shell, shell};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -216,14 +216,21 @@ async fn a_signal_the_tool_did_not_send_is_named() {
 #[tokio::test]
 async fn a_timeout_kills_the_grandchild_and_keeps_the_output() {
     let (_dir, root) = workspace();
-    let result = exec_shell(run_args(
-        "echo before; echo $$ >&2; sleep 20; echo after",
-        &root,
-        Duration::from_millis(800),
-        1000,
-    ))
-    .await
-    .expect("runs");
+    let mut limit = Duration::from_millis(800);
+    let result = loop {
+        let result = exec_shell(run_args(
+            "echo before; echo $$ >&2; sleep 20; echo after",
+            &root,
+            limit,
+            1000,
+        ))
+        .await
+        .expect("runs");
+        if started(&result, 1) || limit >= LONGEST_LIMIT {
+            break result;
+        }
+        limit *= 4;
+    };
     assert!(result.timed_out);
     assert!(!result.aborted);
     assert_eq!(result.exit_code, None);
@@ -290,16 +297,24 @@ async fn an_already_cancelled_run_spawns_nothing() {
 async fn background_and_foreground_sleeps_both_die() {
     let (_dir, root) = workspace();
     // SIGKILL lands asynchronously, so wait for the event that every process of the tree has
-    // exited (the end of a fifo they all hold open) before looking at the group.
-    let held = hold_fifo(&root);
-    let result = exec_shell(run_args(
-        "exec 3>hold; echo $$ >&2; sleep 1000 & echo $! >&2; sleep 1000",
-        &root,
-        Duration::from_secs(1),
-        1000,
-    ))
-    .await
-    .expect("runs");
+    // exited (the end of a fifo they all hold open) before looking at the group. Each attempt
+    // gets a fifo of its own; one the shell never reached is let go.
+    let mut limit = Duration::from_secs(1);
+    let mut attempt = 0;
+    let (result, held) = loop {
+        attempt += 1;
+        let name = format!("hold{attempt}");
+        let held = hold_fifo(&root, &name);
+        let command = format!("exec 3>{name}; echo $$ >&2; sleep 1000 & echo $! >&2; sleep 1000");
+        let result = exec_shell(run_args(&command, &root, limit, 1000))
+            .await
+            .expect("runs");
+        if started(&result, 2) || limit >= LONGEST_LIMIT {
+            break (result, held);
+        }
+        release_fifo(&root.join(&name));
+        limit *= 4;
+    };
     assert!(result.timed_out);
     tokio::time::timeout(Duration::from_secs(60), held)
         .await
@@ -325,7 +340,7 @@ async fn dropping_the_call_kills_the_tree() {
         .status()
         .expect("mkfifo");
     assert!(status.success());
-    let held = hold_fifo(&root);
+    let held = hold_fifo(&root, "hold");
     let ready_path = root.join("ready");
     let (ready_tx, ready) = tokio::sync::oneshot::channel::<String>();
     std::thread::spawn(move || {
@@ -351,13 +366,13 @@ async fn dropping_the_call_kills_the_tree() {
 /// failing test cannot hang the runtime's shutdown). Every process of a tree that opens it holds
 /// it, so the receiver resolves only once all of them have exited.
 #[cfg(target_os = "linux")]
-fn hold_fifo(root: &std::path::Path) -> tokio::sync::oneshot::Receiver<()> {
+fn hold_fifo(root: &std::path::Path, name: &str) -> tokio::sync::oneshot::Receiver<()> {
     let status = std::process::Command::new("mkfifo")
-        .arg(root.join("hold"))
+        .arg(root.join(name))
         .status()
         .expect("mkfifo");
     assert!(status.success());
-    let hold_path = root.join("hold");
+    let hold_path = root.join(name);
     let (held_tx, held) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
         use std::io::Read;
@@ -367,6 +382,30 @@ fn hold_fifo(root: &std::path::Path) -> tokio::sync::oneshot::Receiver<()> {
         let _ = held_tx.send(());
     });
     held
+}
+
+/// The longest time limit a timeout test tries; see [`started`].
+#[cfg(unix)]
+const LONGEST_LIMIT: Duration = Duration::from_secs(60);
+
+/// Whether a run stopped at its time limit got far enough to show anything: the shell printed
+/// `pids` process ids on stderr first. On a starved machine a shell may not even start within a
+/// short limit; such a run proves nothing, so the tests repeat it with four times the limit.
+#[cfg(unix)]
+fn started(result: &ShellResult, pids: usize) -> bool {
+    result.stderr.split_whitespace().count() >= pids
+}
+
+/// Lets go of a fifo whose writer never came (the shell was stopped before opening it): opening
+/// it for writing without blocking completes the reader's open, and closing gives it the end.
+#[cfg(target_os = "linux")]
+fn release_fifo(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // No reader waiting (it already saw the end) makes this fail, which is fine.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path);
 }
 
 /// Whether `done` becomes true within 10 s, yielding the processor between looks.
