@@ -9,6 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::tools_driver::{Caps, cancel, controller};
 
+/// The tool's largest `timeoutMs`: calls that are not about the limit pass it, so a slow machine
+/// never turns their answer into a timeout.
+const NO_LIMIT: u64 = 600_000;
+
 fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = std::fs::canonicalize(dir.path()).expect("canonical");
@@ -84,15 +88,26 @@ async fn results_and_refusals() {
     let (_dir, root) = workspace();
     let caps = tools(&root).await;
     assert_eq!(
-        caps.ok("shell_exec", json!({"command": "echo hello"}))
-            .await,
+        caps.ok(
+            "shell_exec",
+            json!({"command": "echo hello", "timeoutMs": NO_LIMIT})
+        )
+        .await,
         "exit 0\nhello"
     );
-    let pwd = caps.ok("shell_exec", json!({"command": "pwd"})).await;
+    let pwd = caps
+        .ok(
+            "shell_exec",
+            json!({"command": "pwd", "timeoutMs": NO_LIMIT}),
+        )
+        .await;
     assert!(pwd.contains(&*root.to_string_lossy()), "{pwd}");
     assert_eq!(
-        caps.ok("shell_exec", json!({"command": "echo bad >&2; exit 3"}))
-            .await,
+        caps.ok(
+            "shell_exec",
+            json!({"command": "echo bad >&2; exit 3", "timeoutMs": NO_LIMIT})
+        )
+        .await,
         "exit 3\n--- stderr ---\nbad"
     );
     assert_eq!(
@@ -104,16 +119,22 @@ async fn results_and_refusals() {
     assert_eq!(
         caps.ok(
             "shell_exec",
-            json!({"command": "basename \"$PWD\"", "cwd": "sub"})
+            json!({"command": "basename \"$PWD\"", "cwd": "sub", "timeoutMs": NO_LIMIT})
         )
         .await,
         "exit 0\nsub"
     );
     // One execution per call: a cd does not carry over.
-    caps.ok("shell_exec", json!({"command": "cd sub; export X=1"}))
-        .await;
+    caps.ok(
+        "shell_exec",
+        json!({"command": "cd sub; export X=1", "timeoutMs": NO_LIMIT}),
+    )
+    .await;
     let after = caps
-        .ok("shell_exec", json!({"command": "pwd; echo \"x=$X\""}))
+        .ok(
+            "shell_exec",
+            json!({"command": "pwd; echo \"x=$X\"", "timeoutMs": NO_LIMIT}),
+        )
         .await;
     assert_eq!(after, format!("exit 0\n{}\nx=", root.display()));
 }
@@ -189,7 +210,7 @@ async fn a_long_stream_is_drained_to_the_end() {
     let text = caps
         .ok(
             "shell_exec",
-            json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2", "timeoutMs": 600000}),
+            json!({"command": "head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2", "timeoutMs": NO_LIMIT}),
         )
         .await;
     assert!(text.starts_with("exit 0\nxxxx"), "{}", &text[..20]);
@@ -206,8 +227,11 @@ async fn a_signal_the_tool_did_not_send_is_named() {
     let (_dir, root) = workspace();
     let caps = tools(&root).await;
     assert_eq!(
-        caps.ok("shell_exec", json!({"command": "kill -9 $$"}))
-            .await,
+        caps.ok(
+            "shell_exec",
+            json!({"command": "kill -9 $$", "timeoutMs": NO_LIMIT})
+        )
+        .await,
         "killed: signal 9"
     );
 }
@@ -254,7 +278,11 @@ async fn timeout_and_cancel_sentences() {
     );
     let controller = controller();
     let signal = controller.signal();
-    let call = caps.call_with("shell_exec", json!({"command": "sleep 20"}), signal);
+    let call = caps.call_with(
+        "shell_exec",
+        json!({"command": "sleep 20", "timeoutMs": NO_LIMIT}),
+        signal,
+    );
     let fire = async {
         // The scenario is "cancelled after 300 ms"; either order gives the same sentence.
         tokio::time::sleep(Duration::from_millis(300)).await;
