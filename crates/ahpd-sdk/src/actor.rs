@@ -375,7 +375,17 @@ impl Actor {
             }
             Ok(false) => false,
             Err(outcome) => {
-                tracing::debug!(chat = %chat, ?outcome, "a chat action changed nothing and was not published");
+                if matches!(
+                    action,
+                    StateAction::ChatDelta(_)
+                        | StateAction::ChatReasoning(_)
+                        | StateAction::ChatToolCallDelta(_)
+                ) {
+                    // A backend streaming into a part it never created (§9 rule 7).
+                    tracing::warn!(chat = %chat, ?outcome, "a streamed action matched no part of the running turn and was not published");
+                } else {
+                    tracing::debug!(chat = %chat, ?outcome, "a chat action changed nothing and was not published");
+                }
                 false
             }
         }

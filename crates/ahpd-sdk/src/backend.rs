@@ -163,13 +163,14 @@ impl Actor {
             .and_then(|c| c.state.active_turn.as_ref().map(|t| t.id.clone()));
         match &mut action {
             StateAction::ChatTurnStarted(a) if active.as_deref() == Some(a.turn_id.as_str()) => {
-                tracing::debug!("a backend said the running turn again; dropped");
+                tracing::warn!(chat = %chat, "a backend said the running turn again (it would wipe the streamed parts); dropped");
                 return;
             }
             StateAction::ChatTurnStarted(a) if !crate::util::is_rfc3339(&a.started_at) => {
                 a.started_at = crate::util::now_iso();
             }
             StateAction::ChatToolCallReady(a) if a.confirmed.is_none() => {
+                tracing::warn!(chat = %chat, tool_call = %a.tool_call_id, "a backend made a call ready without saying whether it was confirmed; sent as not-needed");
                 a.confirmed = Some(ToolCallConfirmationReason::NotNeeded);
             }
             _ => {}

@@ -148,6 +148,7 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
     c.start_turn("t-a", "hello").await;
     c.turn_end("t-a").await;
     c.check().await;
+    assert_eq!(c.chat_state().turns.len(), 1, "one turn after (a)");
     let turn = &c.chat_state().turns[0];
     assert_eq!(turn.state, TurnState::Complete);
     assert!(c.chat_state().active_turn.is_none());
@@ -320,6 +321,15 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
     assert_eq!(disposed, Value::Null);
     c.wa.notification(|n| matches!(n, SubscriptionEvent::SessionRemoved(_)))
         .await;
+    let listed: Value = c.a.request("listSessions", json!({})).await.unwrap();
+    assert!(
+        !listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|row| row["resource"] == c.session.as_str()),
+        "the disposed session's row is gone: {listed}"
+    );
     let gone =
         c.b.subscribe(c.session.clone())
             .await
@@ -331,6 +341,9 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_changes_are_checked_and_vs_code_keys_are_mapped() {
     let mut c = Conv::new().await;
+    let mut wb = Watch::new(&c.b);
+    let (r, _) = c.b.subscribe(c.session.clone()).await.unwrap();
+    wb.snapshot(&r.snapshot.unwrap());
     let change = |v: Value| -> StateAction {
         serde_json::from_value(json!({"type": "session/configChanged", "config": v})).unwrap()
     };
@@ -356,6 +369,16 @@ async fn config_changes_are_checked_and_vs_code_keys_are_mapped() {
         c.a.dispatch(c.session.clone(), change(bad)).await.unwrap();
         c.wa.until(|e| e.rejection_reason.is_some()).await;
     }
+    // The other subscriber saw the accepted change and none of the refusals.
+    wb.sync().await;
+    assert_eq!(wb.envelopes.len(), 1, "{:?}", wb.envelopes);
+    assert!(wb.envelopes[0].rejection_reason.is_none());
+    let (s, b_session) = (c.session.clone(), wb.mirror.sessions[&c.session].clone());
+    assert_eq!(
+        Some(&b_session),
+        c.wa.mirror.sessions.get(&s),
+        "state unchanged"
+    );
     assert_eq!(
         c.wa.mirror.sessions[&c.session]
             .config

@@ -49,12 +49,45 @@ async fn reconnect_replays_what_was_missed_and_the_mirror_catches_up() {
     run_turn(&a, &mut w, &chat, "t1", "hello").await;
     assert_mirror(&th, &mut w, &[&session, &chat]).await;
     let seen = w.last_seq;
+    // An observer on the same three channels records what the replay must consist of.
+    let o = client(&th.url).await;
+    let mut wo = Watch::new(&o);
+    let init = o
+        .initialize(
+            "observer".into(),
+            vec!["1.0.0".into()],
+            vec!["ahp-root://".into()],
+        )
+        .await
+        .unwrap();
+    wo.snapshot(&init.snapshots[0]);
+    for uri in [&session, &chat] {
+        let (r, _) = o.subscribe(uri.clone()).await.unwrap();
+        wo.snapshot(&r.snapshot.unwrap());
+    }
+    assert_eq!(
+        th.host.handle().server_seq(),
+        seen,
+        "nothing else happened yet"
+    );
     a.shutdown().await;
     // Meanwhile another client runs a turn.
     let (b, mut wb, _, _) = session_with_client(&th, "b").await;
     let (r, _) = b.subscribe(chat.clone()).await.unwrap();
     wb.snapshot(&r.snapshot.unwrap());
     run_turn(&b, &mut wb, &chat, "t2", "hello").await;
+    wo.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(x) if x.turn_id == "t2"))
+        .await;
+    wo.sync().await;
+    let channels = [session.as_str(), chat.as_str(), "ahp-root://"];
+    let expected: Vec<_> = wo
+        .envelopes
+        .iter()
+        .filter(|e| e.server_seq > seen && e.rejection_reason.is_none())
+        .filter(|e| channels.contains(&e.channel.as_str()))
+        .cloned()
+        .collect();
+    assert!(!expected.is_empty());
 
     let a2 = client(&th.url).await;
     let mut w2 = Watch::new(&a2);
@@ -71,7 +104,10 @@ async fn reconnect_replays_what_was_missed_and_the_mirror_catches_up() {
     match result {
         ReconnectResult::Replay(r) => {
             assert!(r.missing.is_empty());
-            assert!(!r.actions.is_empty());
+            assert_eq!(
+                r.actions, expected,
+                "exactly the envelopes after N on those channels"
+            );
             let mut last = seen;
             for env in &r.actions {
                 assert!(env.server_seq > last);
@@ -139,6 +175,7 @@ async fn a_gap_beyond_the_ring_or_an_unknown_client_gets_snapshots_and_disposed_
         .unwrap();
     let late = client(&th.url).await;
     let seq = th.host.handle().server_seq() as i64;
+    let mut wl = Watch::new(&late);
     match late
         .reconnect("e2e".into(), seq, vec![session.clone(), chat.clone()])
         .await
@@ -147,4 +184,21 @@ async fn a_gap_beyond_the_ring_or_an_unknown_client_gets_snapshots_and_disposed_
         ReconnectResult::Replay(r) => assert_eq!(r.missing.len(), 2),
         ReconnectResult::Snapshot(s) => assert!(s.snapshots.is_empty()),
     }
+    // No subscription was kept for the missing channels: a new session under the same URI
+    // runs a turn and the reconnected client hears nothing of it. (`late` superseded `a2`,
+    // which shared its client id, so another client drives it.)
+    let d = client(&th.url).await;
+    d.initialize("d".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let _: Value = d
+        .request("createSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    let mut wd = Watch::new(&d);
+    let (r, _) = d.subscribe(chat.clone()).await.unwrap();
+    wd.snapshot(&r.snapshot.unwrap());
+    run_turn(&d, &mut wd, &chat, "again", "hello").await;
+    wl.sync().await;
+    assert!(wl.envelopes.is_empty(), "{:?}", wl.envelopes);
 }

@@ -173,3 +173,115 @@ async fn client_tools_run_on_their_client_and_fail_when_it_leaves() {
     assert_eq!(text(&w), "tool failed");
     assert_mirror(&th, &mut w, &[&session, &chat]).await;
 }
+
+/// The official client over an in-memory connection to `host`.
+async fn memory_client(host: &std::sync::Arc<ahpd_sdk::host::Host>, id: &str) -> ahp::Client {
+    let (peer, mem) = ahpd_sdk::testing::pair(8192, 1 << 20);
+    let h = host.clone();
+    tokio::spawn(async move { h.accept(peer).await });
+    let c = ahp::Client::connect(
+        mem,
+        ahp::ClientConfig {
+            default_request_timeout: Some(PATIENCE),
+            subscription_buffer: 8192,
+        },
+    )
+    .await
+    .unwrap();
+    c.initialize(id.into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    c
+}
+
+// A paused clock on one thread over in-memory connections: the default 30-second grace runs
+// in virtual time, which only moves when every task waits, so the test neither sleeps nor
+// depends on the machine's speed. (Over real sockets the clock could jump while a frame is in
+// flight.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_client_that_does_not_return_is_removed_after_the_default_grace() {
+    let host = std::sync::Arc::new(
+        ahpd_sdk::host::HostBuilder::new()
+            .agent(std::sync::Arc::new(ScriptedAgent::new()))
+            .delta_window(Duration::ZERO)
+            .build()
+            .unwrap(),
+    );
+    let session = "mock:/grace".to_owned();
+    let chat = ahpd_sdk::util::default_chat_uri(&session);
+    let a = memory_client(&host, "a").await;
+    let mut w = Watch::new(&a);
+    let _: Value = a
+        .request("createSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    for uri in [&session, &chat] {
+        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
+        w.snapshot(&r.snapshot.unwrap());
+    }
+    let x = memory_client(&host, "x").await;
+    let set: StateAction = serde_json::from_value(json!({"type": "session/activeClientSet", "activeClient": {"clientId": "x", "tools": [{"name": "pick"}]}})).unwrap();
+    x.dispatch(session.clone(), set).await.unwrap();
+    w.until(|e| matches!(e.action, StateAction::SessionActiveClientSet(_)))
+        .await;
+    a.dispatch(chat.clone(), turn_started("t", "client-tool"))
+        .await
+        .unwrap();
+    w.until(|e| matches!(e.action, StateAction::SessionInputNeededSet(_)))
+        .await;
+
+    // x leaves in the middle of its tool call and never comes back.
+    let left = tokio::time::Instant::now();
+    x.shutdown().await;
+    drop(x);
+    // Read a's events without the watcher's timeout: the clock must be free to jump to the
+    // host's grace timer.
+    let mut events = a.events();
+    let removed_after = loop {
+        let ev = events.recv().await.expect("client alive");
+        if let ahp::SubscriptionEvent::Action(env) = &ev.event {
+            w.mirror.apply(env);
+            if matches!(&env.action, StateAction::SessionActiveClientRemoved(r) if r.client_id == "x")
+            {
+                break left.elapsed();
+            }
+        }
+    };
+    assert!(
+        removed_after >= Duration::from_secs(30),
+        "removed after {removed_after:?} of virtual time, before the 30 s grace"
+    );
+    assert!(
+        removed_after < Duration::from_secs(31),
+        "removed after {removed_after:?}: not at the end of the grace"
+    );
+    let end = loop {
+        let ev = events.recv().await.expect("client alive");
+        if let ahp::SubscriptionEvent::Action(env) = ev.event {
+            w.mirror.apply(&env);
+            if matches!(&env.action, StateAction::ChatTurnComplete(c) if c.turn_id == "t") {
+                break env;
+            }
+        }
+    };
+    assert!(end.rejection_reason.is_none());
+    let snap = host.snapshot(&chat).await.unwrap();
+    let ahp_types::state::SnapshotState::Chat(state) = snap.state else {
+        panic!("chat snapshot expected")
+    };
+    let call = state.turns[0]
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ResponsePart::ToolCall(tc) => Some(tc.tool_call.clone()),
+            _ => None,
+        })
+        .expect("the turn kept its client tool call");
+    match call {
+        ahp_types::state::ToolCallState::Completed(c) => {
+            assert_eq!(c.tool_call_id, "ct-t");
+            assert!(!c.success, "the abandoned call failed");
+        }
+        other => panic!("expected a completed call, got {other:?}"),
+    }
+}

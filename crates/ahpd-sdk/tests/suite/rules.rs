@@ -138,13 +138,17 @@ impl Session for MisbehavingSession {
 }
 
 async fn bad_host() -> (TestHost, ahp::Client, Watch, String, String) {
+    capture_warnings();
     let th = start_with(ScriptedAgent::new(), |b| b.agent(Arc::new(Misbehaving))).await;
     let a = client(&th.url).await;
     let mut w = Watch::new(&a);
     a.initialize("r".into(), vec!["1.0.0".into()], vec![])
         .await
         .unwrap();
-    let session = "bad:/one".to_owned();
+    // A session of its own per test, so the warnings recorded for its chat are this test's.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let session = format!("bad:/one-{n}");
     let _: Value = a
         .request(
             "createSession",
@@ -188,6 +192,10 @@ async fn rule_06_the_turn_is_said_back_once() {
         .filter(|e| matches!(e.action, StateAction::ChatTurnStarted(_)))
         .count();
     assert_eq!(started, 1, "the backend's repeat is dropped");
+    assert!(
+        warned(&chat, "said the running turn again"),
+        "the drop is logged as a warning"
+    );
     let turn = &w.mirror.chats[&chat].turns[0];
     assert!(
         matches!(&turn.response_parts[0], ResponsePart::Markdown(m) if m.content == "kept"),
@@ -209,6 +217,10 @@ async fn rule_07_a_delta_needs_its_part() {
         deltas,
         ["m"],
         "the delta for a missing part is not published"
+    );
+    assert!(
+        warned(&chat, "matched no part"),
+        "the dropped delta is logged as a warning"
     );
 }
 
@@ -256,6 +268,10 @@ async fn rule_11_tool_input_and_error_parts_come_only_from_their_actions() {
         1,
         "the tool call's part came from chat/toolCallStart"
     );
+    assert!(
+        warned(&chat, "only the host may publish"),
+        "the dropped part is logged as a warning"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,6 +282,10 @@ async fn rule_12_a_call_that_does_not_ask_says_not_needed() {
         _ => None,
     });
     assert_eq!(ready, Some(Some(ToolCallConfirmationReason::NotNeeded)));
+    assert!(
+        warned(&chat, "without saying whether it was confirmed"),
+        "the fix is logged as a warning"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,6 +90,8 @@ pub struct Watch {
     pub last_seq: u64,
     pub envelopes: Vec<ActionEnvelope>,
     pub notifications: Vec<(String, SubscriptionEvent)>,
+    /// Each channel's snapshot `fromSeq`: its envelopes must come after it.
+    from_seq: std::collections::HashMap<String, u64>,
 }
 
 impl Watch {
@@ -101,11 +103,40 @@ impl Watch {
             last_seq: 0,
             envelopes: Vec::new(),
             notifications: Vec::new(),
+            from_seq: std::collections::HashMap::new(),
         }
     }
 
     pub fn snapshot(&mut self, snap: &Snapshot) {
         self.mirror.apply_snapshot(snap);
+        self.from_seq
+            .insert(snap.resource.clone(), snap.from_seq.max(0) as u64);
+    }
+
+    /// The checks every received envelope passes: a known action, and (unless rejected) a
+    /// `serverSeq` above the last one and above its channel's snapshot.
+    fn check(&mut self, env: &ActionEnvelope) {
+        assert!(
+            !matches!(env.action, StateAction::Unknown(_)),
+            "an envelope decoded as Unknown: {env:?}"
+        );
+        if env.rejection_reason.is_none() {
+            assert!(
+                env.server_seq > self.last_seq,
+                "serverSeq went from {} to {}",
+                self.last_seq,
+                env.server_seq
+            );
+            if let Some(from) = self.from_seq.get(&env.channel) {
+                assert!(
+                    env.server_seq > *from,
+                    "envelope {} on {} is not after its snapshot's fromSeq {from}",
+                    env.server_seq,
+                    env.channel
+                );
+            }
+            self.last_seq = env.server_seq;
+        }
     }
 
     /// The next envelope (notifications are recorded on the way).
@@ -117,19 +148,7 @@ impl Watch {
                 .expect("client alive");
             match ev.event {
                 SubscriptionEvent::Action(env) => {
-                    assert!(
-                        !matches!(env.action, StateAction::Unknown(_)),
-                        "an envelope decoded as Unknown: {env:?}"
-                    );
-                    if env.rejection_reason.is_none() {
-                        assert!(
-                            env.server_seq > self.last_seq,
-                            "serverSeq went from {} to {}",
-                            self.last_seq,
-                            env.server_seq
-                        );
-                        self.last_seq = env.server_seq;
-                    }
+                    self.check(&env);
                     self.mirror.apply(&env);
                     self.envelopes.push(env.clone());
                     return env;
@@ -180,19 +199,7 @@ impl Watch {
         while let Ok(Some(ev)) = tokio::time::timeout(Duration::ZERO, self.events.recv()).await {
             match ev.event {
                 SubscriptionEvent::Action(env) => {
-                    assert!(
-                        !matches!(env.action, StateAction::Unknown(_)),
-                        "an envelope decoded as Unknown: {env:?}"
-                    );
-                    if env.rejection_reason.is_none() {
-                        assert!(
-                            env.server_seq > self.last_seq,
-                            "serverSeq went from {} to {}",
-                            self.last_seq,
-                            env.server_seq
-                        );
-                        self.last_seq = env.server_seq;
-                    }
+                    self.check(&env);
                     self.mirror.apply(&env);
                     self.envelopes.push(env);
                 }
@@ -281,4 +288,64 @@ impl Raw {
             "params": {"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id}});
         self.call(&req.to_string()).await
     }
+}
+
+/// Warnings the host logged, as (the `chat` field, the message), recorded by a process-wide
+/// subscriber that [`capture_warnings`] installs once.
+static WARNINGS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+struct WarnCapture;
+
+#[derive(Default)]
+struct WarnFields {
+    chat: String,
+    message: String,
+}
+
+impl tracing::field::Visit for WarnFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "chat" => self.chat = format!("{value:?}"),
+            "message" => self.message = format!("{value:?}"),
+            _ => {}
+        }
+    }
+}
+
+impl tracing::Subscriber for WarnCapture {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        // WARN and ERROR only (a more verbose level compares greater).
+        *meta.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = WarnFields::default();
+        event.record(&mut fields);
+        if let Ok(mut w) = WARNINGS.lock() {
+            w.push((fields.chat, fields.message));
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Start recording the host's warnings (idempotent; the first caller installs the recorder).
+pub fn capture_warnings() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::subscriber::set_global_default(WarnCapture)
+            .expect("no other global subscriber in this test binary");
+    });
+}
+
+/// Whether a warning about `chat` whose message contains `needle` was logged.
+pub fn warned(chat: &str, needle: &str) -> bool {
+    WARNINGS
+        .lock()
+        .map(|w| w.iter().any(|(c, m)| c == chat && m.contains(needle)))
+        .unwrap_or(false)
 }
