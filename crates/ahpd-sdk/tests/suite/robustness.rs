@@ -65,6 +65,17 @@ async fn a_backend_panic_ends_the_turn_and_the_next_turn_works() {
         th.host.snapshot("mock:/bystander").await.is_some(),
         "other sessions are unaffected"
     );
+    // The other session still runs turns.
+    let by_chat = ahpd_sdk::util::default_chat_uri("mock:/bystander");
+    let (r, _) = a.subscribe(by_chat.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    a.dispatch(by_chat.clone(), turn_started("b", "hello"))
+        .await
+        .unwrap();
+    w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(x) if x.turn_id == "b"))
+        .await;
+    assert_mirror(&th, &mut w, &[&by_chat]).await;
+    assert_eq!(w.mirror.chats[&by_chat].turns[0].state, TurnState::Complete);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
