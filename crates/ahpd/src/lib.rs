@@ -1,8 +1,12 @@
 //! `ahpd`: the Agent Host Protocol daemon.
 //!
 //! The binary adds to the `ahpd-sdk` host what a person running it needs: the command line, the
-//! configuration files, compiled-in plugins, the vault, the agent records channel, process
-//! management and logs.
+//! configuration files, compiled-in plugins, the vault, the agent records channel, the session
+//! store (`sessions.json`), process management, the graceful stop and logs.
+//!
+//! Everything lives in this library and `src/main.rs` only calls [`run_command_line`]: that lets
+//! the crate's tests depend on the crate itself with the `test-plugins` feature (the echo engine),
+//! so the binary they spawn has it while a normal build does not.
 
 mod channel;
 mod cli;
