@@ -112,7 +112,13 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
             .await
             .unwrap();
         let chat = ahpd_sdk::util::default_chat_uri(&session);
-        let (_res, _sub): (SubscribeResult, _) = client.subscribe(chat.clone()).await.unwrap();
+        // A raw subscribe: the client fans every action out to `events()` anyway, and a
+        // subscription handle would preallocate a broadcast ring of `subscription_buffer`
+        // events per chat (100 of them at 2^20 slots each did not fit in memory).
+        let _res: SubscribeResult = client
+            .request("subscribe", json!({ "channel": chat }))
+            .await
+            .unwrap();
         chats.insert(chat, i);
     }
     let started = Instant::now();

@@ -36,6 +36,8 @@ pub const DECLINED: &str = "The person declined this action";
 
 struct Running {
     handle: Option<RunHandle>,
+    /// Whether the run's model takes images (a steer's attachments are converted for it).
+    images: bool,
     shown: Arc<AtomicBool>,
     steers: Arc<Mutex<VecDeque<String>>>,
     done: tokio::sync::watch::Receiver<bool>,
@@ -68,6 +70,8 @@ struct Follow {
     requests: HashMap<String, String>,
     /// The run was reattached after a restart rather than started.
     reopened: bool,
+    /// Whether the run's model takes images.
+    images: bool,
 }
 
 /// A turn waiting to run, with the counters of an earlier attempt when it is a resume.
@@ -176,6 +180,7 @@ impl Core {
         match prepared {
             Ok(prepared) => {
                 let handle = run(&prepared.built.agent, prepared.options);
+                let images = prepared.built.images;
                 let mut mapper = prepared.mapper;
                 if let Some(counters) = carry {
                     mapper.continue_from(counters);
@@ -190,6 +195,7 @@ impl Core {
                         edits: prepared.edits,
                         requests: HashMap::new(),
                         reopened: false,
+                        images,
                     },
                 );
             }
@@ -216,6 +222,7 @@ impl Core {
         let steers = Arc::new(Mutex::new(VecDeque::new()));
         let handle = follow.handle.clone();
         let shown = follow.shown.clone();
+        let images = follow.images;
         let task_core = self.clone();
         let task_steers = steers.clone();
         tokio::spawn(async move {
@@ -243,10 +250,22 @@ impl Core {
         });
         state.running = Some(Running {
             handle: Some(handle),
+            images,
             shown,
             steers,
             done: done_rx,
         });
+    }
+
+    /// Where pasted attachments of this session are written.
+    fn attachments_dir(&self) -> PathBuf {
+        self.agent
+            .env
+            .home
+            .join(".copilot")
+            .join("chats")
+            .join(crate::agent::encode_scratch_segment(&self.backend_id))
+            .join("attachments")
     }
 
     /// Builds the turn's agent, its run's options and the mapping of its events.
@@ -320,16 +339,9 @@ impl Core {
                 tools: extra,
             },
         )?;
-        let attachments_dir = self
-            .agent
-            .env
-            .home
-            .join(".copilot")
-            .join("chats")
-            .join(crate::agent::encode_scratch_segment(&self.backend_id))
-            .join("attachments");
-        let input = crate::attachments::input_of(&turn.message, built.images, &attachments_dir)
-            .map_err(|e| format!("{}: {e}", self.agent.id))?;
+        let input =
+            crate::attachments::input_of(&turn.message, built.images, &self.attachments_dir())
+                .map_err(|e| format!("{}: {e}", self.agent.id))?;
         let mut options = RunOptions::new(self.backend_id.clone(), input);
         options.workspace = Some(self.workspace.to_string_lossy().into_owned());
         options.model = (!built.reference.is_empty()).then(|| built.reference.clone());
@@ -364,6 +376,7 @@ impl Core {
             edits,
             mut requests,
             reopened,
+            images: _,
         } = follow;
         let mut failed = false;
         let mut ending = Vec::new();
@@ -713,17 +726,43 @@ impl Session for CofoldSession {
         if !running.shown.load(Ordering::SeqCst) {
             return false;
         }
+        let command = match crate::attachments::input_of(
+            &message.message,
+            running.images,
+            &self.core.attachments_dir(),
+        ) {
+            Ok(cofold_agents::message::Input::Parts(parts)) => Command::Steer {
+                text: message.message.text.clone(),
+                // The message's text leads; cofold puts it first itself.
+                parts: Some(parts.into_iter().skip(1).collect()),
+            },
+            Ok(cofold_agents::message::Input::Text(text)) => Command::Steer { text, parts: None },
+            // Attachments that cannot be read leave the message to a turn of its own.
+            Err(_) => return false,
+        };
         lock(&running.steers).push_back(message.id.clone());
         let steers = running.steers.clone();
         let id = message.id.clone();
-        let text = message.message.text.clone();
-        tokio::spawn(async move {
-            let command = Command::Steer { text, parts: None };
-            if handle.submit(command).await.is_err() {
+        let mut submit = Box::pin(async move { handle.submit(command).await });
+        // The first poll hands the message to the run before this returns, so a step that
+        // starts after the host has said the steer always finds it, however tasks are
+        // scheduled; the rest (waiting until it is written) goes on in a task.
+        let waker = futures::task::noop_waker();
+        let first = submit
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        let forget = move |result: Result<(), cofold_agents::error::AgentError>| {
+            if result.is_err() {
                 // Never written: the host keeps the entry and runs it as a turn of its own.
                 lock(&steers).retain(|s| s != &id);
             }
-        });
+        };
+        match first {
+            std::task::Poll::Ready(result) => forget(result),
+            std::task::Poll::Pending => {
+                tokio::spawn(async move { forget(submit.await) });
+            }
+        }
         true
     }
 

@@ -146,6 +146,7 @@ impl Core {
                 after_seq: Some(paused.last_seq()),
             },
         );
+        let images = prepared.built.images;
         let mut mapper = prepared.mapper;
         let mut requests: HashMap<String, String> = HashMap::new();
         if shown {
@@ -227,6 +228,7 @@ impl Core {
                 edits: prepared.edits,
                 requests,
                 reopened: true,
+                images,
             },
         );
     }

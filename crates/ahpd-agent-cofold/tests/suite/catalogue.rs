@@ -248,12 +248,17 @@ async fn a_long_history_is_compacted_with_one_notice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
-    // Item 133, the image-capable half.
+    // Item 133, the image-capable half, and 135's steering message with an image.
     let place = Place::new();
+    let gate = testkit::Gate::new();
     let ep = listed(
         // cofold-openai reads the modalities of entries that list their parameters, as OpenRouter's do.
         json!({ "supported_parameters": ["tools"], "architecture": { "input_modalities": ["text", "image"] } }),
-        vec![text("a picture")],
+        vec![
+            text("a picture"),
+            call("c1", "list_files", json!({ "pattern": "*" })).held(&gate),
+            text("seen it"),
+        ],
     );
     let agent = Arc::new(agent(
         json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
@@ -304,6 +309,40 @@ async fn a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
             .join("attachments")
             .exists(),
         "nothing written for a model that takes images"
+    );
+    w.assert_mirror(&th).await;
+
+    // A steering message's image reaches the step after it is written, as an image part.
+    w.send("t2", "list them").await;
+    gate.reached().await;
+    let steer: StateAction = serde_json::from_value(json!({
+        "type": "chat/pendingMessageSet", "kind": "steering", "id": "s1",
+        "message": { "text": "and this one", "origin": { "kind": "user" }, "attachments": [
+            { "type": "embeddedResource", "label": "two.png", "contentType": "image/png", "data": "iVBP" }
+        ] }
+    }))
+    .unwrap();
+    w.client.dispatch(w.chat.clone(), steer).await.unwrap();
+    w.until(|a| matches!(a, StateAction::ChatPendingMessageSet(_)))
+        .await;
+    gate.open();
+    let end = w.end("t2").await;
+    assert!(matches!(end, StateAction::ChatTurnComplete(_)), "{end:?}");
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(!request_text(&bodies[1]).contains("iVBP"));
+    let steered = bodies[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user" && m.to_string().contains("and this one"))
+        .cloned()
+        .unwrap_or_else(|| panic!("the steer in {}", bodies[2]));
+    assert!(
+        steered["content"].as_array().is_some_and(|parts| parts
+            .iter()
+            .any(|p| p["image_url"]["url"] == "data:image/png;base64,iVBP")),
+        "{steered}"
     );
     w.assert_mirror(&th).await;
 }
