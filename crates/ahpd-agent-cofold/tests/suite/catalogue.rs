@@ -346,3 +346,78 @@ async fn a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
     );
     w.assert_mirror(&th).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_totals_carry_cache_tokens_and_the_cost_comes_last() {
+    // Item 128, on an embedder's adapter that reports cache-write tokens (the OpenAI-compatible
+    // adapter reads none from the wire).
+    use cofold_agents::model::{ModelPricing, Usage};
+    use cofold_agents::testing::{FakeModel, FakeOptions, FakeStep};
+    let place = Place::new();
+    let usage = |input, output, read, write| Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cache_read_tokens: read,
+        cache_write_tokens: write,
+        reasoning_tokens: None,
+    };
+    let model = FakeModel::with_options(FakeOptions {
+        script: vec![
+            FakeStep::tool_call("list_files", json!({ "pattern": "*" }))
+                .with_usage(usage(100, 20, None, None)),
+            FakeStep::text("done").with_usage(usage(50, 10, Some(5), Some(7))),
+        ],
+        stream: true,
+        pricing: Some(ModelPricing {
+            input_per_million: 3.0,
+            output_per_million: 15.0,
+            cache_read_per_million: None,
+            cache_write_per_million: None,
+            currency: "USD".into(),
+        }),
+        ..FakeOptions::default()
+    });
+    let mut embedder = place.embedder();
+    embedder.adapter = Some(model.adapter());
+    let agent = Arc::new(agent(json!({ "memory": true, "model": "m" }), embedder));
+    let th = host(vec![agent]).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("cache"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
+    w.send("t1", "count").await;
+    let end = w.end("t1").await;
+    assert!(matches!(end, StateAction::ChatTurnComplete(_)), "{end:?}");
+    let seen = usages(&w);
+    let tallies: Vec<(Option<i64>, Option<i64>, Option<i64>)> = seen
+        .iter()
+        .map(|u| (u.input_tokens, u.output_tokens, u.cache_read_tokens))
+        .collect();
+    assert_eq!(
+        tallies[..2],
+        [(Some(100), Some(20), None), (Some(150), Some(30), Some(5))]
+    );
+    assert!(seen[0].meta.is_none());
+    assert_eq!(
+        serde_json::to_value(&seen[1].meta).unwrap(),
+        json!({ "ahpd.cacheWriteTokens": 7 })
+    );
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (
+            last.input_tokens,
+            last.output_tokens,
+            last.cache_read_tokens
+        ),
+        (Some(150), Some(30), Some(5))
+    );
+    assert_eq!(
+        serde_json::to_value(&last.meta).unwrap(),
+        json!({ "ahpd.cacheWriteTokens": 7, "ahpd.cost": { "amount": 0.0009, "currency": "USD" } })
+    );
+    w.assert_mirror(&th).await;
+}
