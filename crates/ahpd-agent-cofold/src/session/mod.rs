@@ -6,23 +6,20 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ahp_types::common::StringOrMarkdown;
-use ahp_types::state::{ChatInputResponseKind, PendingMessage};
-use ahpd_sdk::agent::{ApprovalOutcome, ApprovalRequest};
+use ahp_types::state::PendingMessage;
 use ahpd_sdk::{Session, SessionContext, TurnRequest};
-use cofold_agents::event::{ApprovalDecision, Command, EventBody};
+use cofold_agents::event::Command;
 use cofold_agents::run::{RunHandle, RunOptions, run};
-use futures::StreamExt;
 use serde_json::Value;
 
 use crate::actions as act;
-use crate::asks;
 use crate::build::{AgentCore, TurnExtras, TurnSettings};
 use crate::client_tools;
 use crate::edits::{EditHooks, OpenEdits};
 use crate::models::Copapo;
 use crate::turns::{Carry, TurnMapper};
 
+mod follow;
 mod reopen;
 pub use reopen::REPLACED;
 pub(crate) use reopen::{Paused, read_paused};
@@ -360,219 +357,6 @@ impl Core {
             mapper,
             edits,
         })
-    }
-
-    /// Follows one run's events to its end, emitting while the turn is shown.
-    async fn follow(
-        self: Arc<Self>,
-        turn_id: String,
-        follow: Follow,
-        steers: Arc<Mutex<VecDeque<String>>>,
-    ) -> (bool, Carry, Vec<ahp_types::actions::StateAction>) {
-        let Follow {
-            handle,
-            mut mapper,
-            shown,
-            edits,
-            mut requests,
-            reopened,
-            images: _,
-        } = follow;
-        let mut failed = false;
-        let mut ending = Vec::new();
-        let mut events = Box::pin(handle.events());
-        // A reopened run already said its activity; it has no start of its own to announce.
-        let mut first = !reopened;
-        while let Some(event) = events.next().await {
-            let visible = shown.load(Ordering::SeqCst);
-            if first {
-                first = false;
-                if visible {
-                    self.ctx.emit(act::activity(Some("Thinking")));
-                    self.title_if_first(&event).await;
-                }
-            }
-            match &event.body {
-                EventBody::ApprovalRequested { .. } | EventBody::InputRequested { .. } => {
-                    self.raise(
-                        &handle,
-                        &event.body,
-                        &mapper,
-                        &turn_id,
-                        &mut requests,
-                        &edits,
-                    );
-                }
-                EventBody::ApprovalResolved {
-                    request_id,
-                    decision,
-                    ..
-                } => {
-                    if let Some(call_id) = requests.remove(request_id) {
-                        match decision {
-                            ApprovalDecision::Approve => mapper.mark_approved(&call_id),
-                            ApprovalDecision::Deny => mapper.forget_call(&call_id),
-                        }
-                    }
-                }
-                EventBody::RunSteered { .. } => {
-                    let id = lock(&steers).pop_front();
-                    if let (Some(id), true) = (id, visible) {
-                        self.ctx.emit(act::steering_removed(&id));
-                    }
-                }
-                _ => {}
-            }
-            if let EventBody::RunFinished { outcome } = &event.body {
-                failed = outcome.status() == cofold_agents::store::RunStatus::Failed;
-                if outcome.status() != cofold_agents::store::RunStatus::Awaiting
-                    && let Some(edits) = &edits
-                {
-                    edits.settle_all();
-                }
-            }
-            if let (EventBody::ToolDenied { call_id, .. }, Some(edits)) = (&event.body, &edits) {
-                edits.after(call_id);
-            }
-            let actions = mapper.map(&event);
-            if shown.load(Ordering::SeqCst) {
-                if let EventBody::RunFinished { outcome } = &event.body
-                    && outcome.status() != cofold_agents::store::RunStatus::Awaiting
-                {
-                    // The ending actions wait until the turn is recorded as finished, so a
-                    // client answering them (a resume) finds it.
-                    ending.extend(actions);
-                    ending.push(act::activity(None));
-                    continue;
-                }
-                for action in actions {
-                    self.ctx.emit(action);
-                }
-            }
-        }
-        (failed && mapper.failed_in_model(), mapper.carry(), ending)
-    }
-
-    /// Puts a run's approval or question to the host and hands the answer back to the run.
-    fn raise(
-        &self,
-        handle: &RunHandle,
-        body: &EventBody,
-        mapper: &TurnMapper,
-        turn_id: &str,
-        requests: &mut HashMap<String, String>,
-        edits: &Option<OpenEdits>,
-    ) {
-        match body {
-            EventBody::ApprovalRequested {
-                request_id,
-                call_id,
-                name,
-                prompt,
-                ..
-            } => {
-                requests.insert(request_id.clone(), call_id.clone());
-                let view = mapper.title_of(call_id).cloned().unwrap_or_default();
-                let request = ApprovalRequest {
-                    turn_id: turn_id.to_owned(),
-                    tool_call_id: mapper.shown_id(call_id),
-                    invocation_message: StringOrMarkdown::Plain(view.title.clone()),
-                    tool_input: view
-                        .tool_input
-                        .clone()
-                        .map(ahp_types::state::ToolInput::Inline),
-                    confirmation_title: Some(StringOrMarkdown::Plain(
-                        prompt.clone().unwrap_or_else(|| format!("Run {name}?")),
-                    )),
-                    edits: None,
-                };
-                self.spawn_approval(
-                    handle.clone(),
-                    request_id.clone(),
-                    request,
-                    edits.clone().map(|e| (e, call_id.clone())),
-                );
-            }
-            EventBody::InputRequested {
-                request_id,
-                questions,
-                ..
-            } => {
-                let ctx = self.ctx.clone();
-                let handle = handle.clone();
-                let request = asks::input_request(request_id, questions);
-                let request_id = request_id.clone();
-                let turn = turn_id.to_owned();
-                tokio::spawn(async move {
-                    let outcome = ctx.ask_input(&turn, request).await;
-                    let command = match outcome.response {
-                        ChatInputResponseKind::Accept => Command::Answer {
-                            request_id,
-                            answers: asks::answers_value(outcome.answers.as_ref()),
-                        },
-                        ChatInputResponseKind::Decline => Command::Deny {
-                            request_id,
-                            reason: Some(DECLINED.to_owned()),
-                        },
-                        _ => return,
-                    };
-                    let _ = handle.submit(command).await;
-                });
-            }
-            _ => {}
-        }
-    }
-
-    /// The first turn of a conversation names the session (engine.md §4.9).
-    async fn title_if_first(&self, event: &cofold_agents::event::Event) {
-        let EventBody::RunStarted { input } = &event.body else {
-            return;
-        };
-        let earlier = self
-            .agent
-            .store
-            .list_messages(&self.backend_id, Some(2))
-            .await
-            .map(|m| m.len())
-            .unwrap_or(0);
-        if earlier <= 1 {
-            let text = cofold_agents::message::text_of(input);
-            let title = ahpd_sdk::util::title_from(&text);
-            if !title.is_empty() {
-                self.ctx.emit(act::title(&title));
-            }
-        }
-    }
-
-    fn spawn_approval(
-        &self,
-        handle: RunHandle,
-        request_id: String,
-        request: ApprovalRequest,
-        edits: Option<(OpenEdits, String)>,
-    ) {
-        let ctx = self.ctx.clone();
-        tokio::spawn(async move {
-            let command = match ctx.ask_approval(request).await {
-                ApprovalOutcome::Approved { edited_input, .. } => Command::Approve {
-                    request_id,
-                    input: edited_input.and_then(|text| serde_json::from_str(&text).ok()),
-                    always_approve: None,
-                },
-                ApprovalOutcome::Denied { .. } => {
-                    if let Some((edits, call_id)) = &edits {
-                        edits.after(call_id);
-                    }
-                    Command::Deny {
-                        request_id,
-                        reason: Some(DECLINED.to_owned()),
-                    }
-                }
-                // A stop or close: the run's cancel answers the request itself.
-                ApprovalOutcome::Cancelled => return,
-            };
-            let _ = handle.submit(command).await;
-        });
     }
 
     /// A run ended: the next waiting turn starts.
