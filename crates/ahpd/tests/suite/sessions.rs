@@ -114,6 +114,9 @@ fn an_echo_turn_answers_with_the_prompt() {
         assert_eq!(text, "hello from the suite");
     });
     assert_eq!(daemon.stop(), 0);
+    // The graceful stop closed the session's backend.
+    let log = std::fs::read_to_string(env.root.path().join("turn.log")).unwrap();
+    assert!(log.contains("sessions closed sessions=1"), "{log}");
     let store = env.dir().join("echo-store");
     assert_eq!(std::fs::read_dir(store).unwrap().count(), 1);
 }
