@@ -36,23 +36,22 @@ fn model_info(entry: &Value) -> Option<ModelInfo> {
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .unwrap_or(id);
-    let features = match entry.get("supported_parameters").and_then(Value::as_array) {
+    let mut features = match entry.get("supported_parameters").and_then(Value::as_array) {
         None => DEFAULT_FEATURES,
         Some(params) => {
             let has = |p: &str| params.iter().any(|v| v.as_str() == Some(p));
-            let images = entry
-                .pointer("/architecture/input_modalities")
-                .and_then(Value::as_array)
-                .is_some_and(|m| m.iter().any(|v| v.as_str() == Some("image")));
             ModelFeatures {
                 tools: has("tools"),
                 streaming: DEFAULT_FEATURES.streaming,
-                images,
+                images: false,
                 structured_output: has("structured_outputs") || has("response_format"),
                 reasoning: has("reasoning") || has("include_reasoning"),
             }
         }
     };
+    // Image input is a statement about the model's inputs, not about request parameters: an
+    // entry that lists its modalities without `supported_parameters` still says it reads images.
+    features.images = takes_images(entry);
     let context_tokens = entry
         .get("context_length")
         .and_then(Value::as_f64)
@@ -71,6 +70,22 @@ fn model_info(entry: &Value) -> Option<ModelInfo> {
         max_output_tokens,
         pricing: entry.get("pricing").and_then(pricing_of),
     })
+}
+
+/// Whether the entry lists `image` among its input modalities: `architecture.input_modalities`,
+/// or, when that list is absent, the input side of the older `architecture.modality` string
+/// (`text+image->text`).
+fn takes_images(entry: &Value) -> bool {
+    let Some(arch) = entry.get("architecture") else {
+        return false;
+    };
+    if let Some(list) = arch.get("input_modalities").and_then(Value::as_array) {
+        return list.iter().any(|v| v.as_str() == Some("image"));
+    }
+    arch.get("modality")
+        .and_then(Value::as_str)
+        .and_then(|m| m.split("->").next())
+        .is_some_and(|inputs| inputs.split('+').any(|m| m.trim() == "image"))
 }
 
 /// A per-token price (a string or a number) as a finite number.

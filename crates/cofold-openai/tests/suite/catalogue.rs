@@ -91,6 +91,59 @@ async fn item_236_catalogue_entries_are_mapped() {
     assert_eq!(r.header("authorization"), Some("Bearer sk-test"));
 }
 
+/// Image input is read from the entry's modalities whether or not it lists
+/// `supported_parameters`; the other features keep their defaults without that list.
+#[tokio::test]
+async fn image_input_is_read_without_supported_parameters() {
+    let ep = Endpoint::builder()
+        .models_body(json!({ "data": [
+            { "id": "vision", "architecture": { "input_modalities": ["text", "image"] } },
+            { "id": "text-only", "architecture": { "input_modalities": ["text"] } },
+            { "id": "old-shape", "architecture": { "modality": "text+image->text" } },
+            { "id": "makes-images", "architecture": { "modality": "text->image" } },
+            { "id": "listed", "supported_parameters": ["tools"],
+              "architecture": { "input_modalities": ["image", "text"], "modality": "text->text" } }
+        ] }))
+        .start()
+        .unwrap();
+    let models = OpenAiProvider::new(options(&ep))
+        .unwrap()
+        .list_models(ListOptions::default())
+        .await
+        .unwrap();
+    let images: Vec<(&str, bool)> = models
+        .iter()
+        .map(|m| (m.id.as_str(), m.features.images))
+        .collect();
+    assert_eq!(
+        images,
+        [
+            ("vision", true),
+            ("text-only", false),
+            ("old-shape", true),
+            ("makes-images", false),
+            ("listed", true)
+        ]
+    );
+    assert_eq!(
+        models[0].features,
+        ModelFeatures {
+            images: true,
+            ..DEFAULT_FEATURES
+        }
+    );
+    assert_eq!(models[1].features, DEFAULT_FEATURES);
+    assert_eq!(
+        models[4].features,
+        ModelFeatures {
+            tools: true,
+            streaming: true,
+            images: true,
+            ..ModelFeatures::default()
+        }
+    );
+}
+
 #[tokio::test]
 async fn item_237_list_without_data_is_invalid_response() {
     let ep = Endpoint::builder()
