@@ -24,17 +24,44 @@ pub(crate) fn finish_of(reason: Option<&str>, has_calls: bool) -> FinishReason {
 }
 
 /// Usage from an OpenAI `usage` object; zeros when absent.
+///
+/// Besides OpenAI's own names, the cache counters servers report under their own names are read:
+/// OpenRouter's `prompt_tokens_details.cache_write_tokens`, DeepSeek's `prompt_cache_hit_tokens`
+/// (with `prompt_cache_miss_tokens` making up the prompt when `prompt_tokens` is missing),
+/// Anthropic's `cache_read_input_tokens` / `cache_creation_input_tokens` as proxies pass them on,
+/// and Moonshot's top-level `cached_tokens`. An optional counter is present only when some field
+/// reported it; when several do, the largest wins, so a zeroed detail object that a server fills
+/// by habit cannot hide the count it reports elsewhere.
 pub(crate) fn usage_of(usage: Option<&Value>) -> Usage {
     let Some(u) = usage.filter(|u| u.is_object()) else {
         return Usage::default();
     };
     let n = |v: Option<&Value>| v.and_then(Value::as_u64);
+    // Plain `get`s: `Value::pointer` allocates per path token, and this runs once per reply.
+    let prompt_details = u.get("prompt_tokens_details");
+    let detail = |key: &str| n(prompt_details.and_then(|d| d.get(key)));
+    let largest = |values: &[Option<u64>]| values.iter().flatten().copied().max();
+    let hit = n(u.get("prompt_cache_hit_tokens"));
+    let input = n(u.get("prompt_tokens")).or_else(|| {
+        let miss = n(u.get("prompt_cache_miss_tokens"))?;
+        Some(hit.unwrap_or(0) + miss)
+    });
     Usage {
-        input_tokens: n(u.get("prompt_tokens")).unwrap_or(0),
+        input_tokens: input.unwrap_or(0),
         output_tokens: n(u.get("completion_tokens")).unwrap_or(0),
-        cache_read_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
-        cache_write_tokens: None,
-        reasoning_tokens: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
+        cache_read_tokens: largest(&[
+            detail("cached_tokens"),
+            hit,
+            n(u.get("cache_read_input_tokens")),
+            n(u.get("cached_tokens")),
+        ]),
+        cache_write_tokens: largest(&[
+            detail("cache_write_tokens"),
+            n(u.get("cache_creation_input_tokens")),
+        ]),
+        reasoning_tokens: n(u
+            .get("completion_tokens_details")
+            .and_then(|d| d.get("reasoning_tokens"))),
     }
 }
 
@@ -182,5 +209,39 @@ mod tests {
             (5, 2, Some(3), None)
         );
         assert_eq!(usage_of(None), Usage::default());
+    }
+
+    #[test]
+    fn usage_reads_each_servers_cache_counters() {
+        let openrouter = usage_of(Some(&json!({ "prompt_tokens": 194, "completion_tokens": 2,
+            "prompt_tokens_details": { "cached_tokens": 0, "cache_write_tokens": 100 } })));
+        assert_eq!(
+            (openrouter.cache_read_tokens, openrouter.cache_write_tokens),
+            (Some(0), Some(100))
+        );
+        let deepseek = usage_of(Some(&json!({ "prompt_tokens": 40, "completion_tokens": 5,
+            "prompt_cache_hit_tokens": 32, "prompt_cache_miss_tokens": 8 })));
+        assert_eq!(
+            (
+                deepseek.input_tokens,
+                deepseek.cache_read_tokens,
+                deepseek.cache_write_tokens
+            ),
+            (40, Some(32), None)
+        );
+        let deepseek_zeroed = usage_of(Some(&json!({ "prompt_tokens": 40,
+            "prompt_tokens_details": { "cached_tokens": 0 }, "prompt_cache_hit_tokens": 32 })));
+        assert_eq!(deepseek_zeroed.cache_read_tokens, Some(32));
+        let no_prompt = usage_of(Some(&json!({ "completion_tokens": 1,
+            "prompt_cache_hit_tokens": 3, "prompt_cache_miss_tokens": 4 })));
+        assert_eq!(no_prompt.input_tokens, 7);
+        let anthropic = usage_of(Some(&json!({ "prompt_tokens": 90, "completion_tokens": 1,
+            "cache_read_input_tokens": 50, "cache_creation_input_tokens": 30 })));
+        assert_eq!(
+            (anthropic.cache_read_tokens, anthropic.cache_write_tokens),
+            (Some(50), Some(30))
+        );
+        let moonshot = usage_of(Some(&json!({ "prompt_tokens": 9, "cached_tokens": 6 })));
+        assert_eq!(moonshot.cache_read_tokens, Some(6));
     }
 }

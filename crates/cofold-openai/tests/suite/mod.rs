@@ -8,3 +8,4 @@ mod errors;
 mod request;
 mod stream;
 mod support;
+mod usage;
