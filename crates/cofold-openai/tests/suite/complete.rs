@@ -228,3 +228,36 @@ async fn item_239_adapters_of_one_provider_share_endpoint_and_client() {
             .all(|r| r.header("authorization") == Some("Bearer sk-test"))
     );
 }
+
+/// A whole reply has no time limit of its own in the adapter (only the request's signal ends
+/// it): a summary that takes a slow endpoint a long time still arrives. On a paused clock any
+/// timer the adapter or its HTTP client armed would fire during the advance.
+#[tokio::test(start_paused = true)]
+async fn a_slow_whole_reply_is_waited_for() {
+    let gate = testkit::Gate::new();
+    let ep =
+        Endpoint::with_replies([Reply::completion_text("a long summary").held(&gate)]).unwrap();
+    let model = adapter(&ep);
+    let call = tokio::spawn(async move { model.complete(ask("summarize")).await });
+    gate.reached().await;
+    tokio::time::advance(std::time::Duration::from_secs(24 * 3600)).await;
+    gate.open();
+    let reply = call.await.unwrap().unwrap();
+    assert_eq!(reply.message.parts, vec![Part::text("a long summary")]);
+}
+
+/// Whitespace a server writes ahead of the JSON while it works (to keep a connection alive) is
+/// not an error.
+#[tokio::test]
+async fn leading_keep_alive_whitespace_is_accepted() {
+    let body = chunk::completion(json!({ "role": "assistant", "content": "done" }), "stop");
+    let ep = Endpoint::with_replies([Reply::Body {
+        status: 200,
+        content_type: "application/json".into(),
+        body: format!("\n\n \n{body}").into(),
+        headers: Vec::new(),
+    }])
+    .unwrap();
+    let reply = adapter(&ep).complete(ask("hi")).await.unwrap();
+    assert_eq!(reply.message.parts, vec![Part::text("done")]);
+}
