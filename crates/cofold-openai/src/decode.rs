@@ -124,6 +124,12 @@ impl StreamDecoder {
             if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish = Some(f.to_owned());
             }
+            // Moonshot puts the last chunk's usage inside the choice; a top-level one wins.
+            if chunk.get("usage").is_none_or(|u| !u.is_object())
+                && let Some(u) = choice.get("usage").filter(|u| u.is_object())
+            {
+                self.usage = Some(u.clone());
+            }
             if let Some(delta) = choice.get("delta") {
                 self.delta(delta, out);
             }

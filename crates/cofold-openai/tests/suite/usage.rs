@@ -119,3 +119,24 @@ async fn anthropic_named_cache_counters_are_read() {
         (900, Some(500), Some(300))
     );
 }
+
+/// Moonshot: the last chunk carries its usage inside `choices[0]` (with the top-level
+/// `cached_tokens` of its cache accounting).
+#[tokio::test]
+async fn usage_inside_the_choice_is_read_from_a_stream() {
+    let mut last = chunk::with_choice(json!({}), Some("stop"));
+    last["choices"][0]["usage"] = json!({ "prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34, "cached_tokens": 24 });
+    let ep =
+        Endpoint::with_replies([Reply::stream([chunk::role(), chunk::text("hi"), last])]).unwrap();
+    let adapter = OpenAiProvider::new(options(&ep))
+        .unwrap()
+        .model(ModelSpec::new("kimi-k2.6"));
+    let reply = done(&stream_all(adapter.as_ref(), ask("hi")).await);
+    assert_eq!(
+        reply.usage,
+        Usage {
+            cache_read_tokens: Some(24),
+            ..Usage::new(30, 4)
+        }
+    );
+}
