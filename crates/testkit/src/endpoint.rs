@@ -359,6 +359,7 @@ async fn serve(
             _ = stop.wait_for(|v| *v) => return,
         };
         let Ok((socket, _)) = accepted else { continue };
+        without_nagle(&socket);
         let router = router.clone();
         let mut stop = stop.clone();
         let shared = shared.clone();
@@ -386,6 +387,15 @@ async fn serve(
             *lock(&shared.closed) += 1;
             shared.closed_notify.notify_waiters();
         });
+    }
+}
+
+/// Turns Nagle's algorithm off on an accepted connection: a streamed chunk is a small write,
+/// and with Nagle on it can wait for the client's delayed ACK (about 40 ms on Linux), which
+/// would make every scripted turn look slow to the code under test.
+fn without_nagle(socket: &tokio::net::TcpStream) {
+    if let Err(e) = socket.set_nodelay(true) {
+        tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted connection");
     }
 }
 
@@ -519,4 +529,25 @@ fn build(
         }
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local address");
+        let (accepted, client) =
+            tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
+        let (socket, _) = accepted.expect("accept");
+        let _client = client.expect("connect");
+        // The kernel default is off, so this shows the helper is what turns it on.
+        assert!(!socket.nodelay().expect("read TCP_NODELAY"));
+        without_nagle(&socket);
+        assert!(socket.nodelay().expect("read TCP_NODELAY"));
+    }
 }

@@ -299,6 +299,20 @@ impl PeerWriter for WsWriter {
     }
 }
 
+/// The listener with `TCP_NODELAY` set on every accepted connection. A protocol frame is one
+/// small write answered by the peer; with Nagle's algorithm on, a frame written while an earlier
+/// one is unacknowledged waits for the peer's delayed ACK (about 40 ms on Linux) on every turn.
+fn without_nagle(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|stream: &mut tokio::net::TcpStream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted connection");
+        }
+    })
+}
+
 impl Host {
     /// An axum router that serves the protocol on any path, for embedding in a larger server.
     pub fn router(&self, token: Option<String>) -> Router {
@@ -340,7 +354,7 @@ impl Host {
                     _ = host_stop.cancelled() => {}
                 }
             };
-            if let Err(e) = axum::serve(listener, router)
+            if let Err(e) = axum::serve(without_nagle(listener), router)
                 .with_graceful_shutdown(shutdown)
                 .await
             {
@@ -371,5 +385,21 @@ mod tests {
         let uri: Uri = "/x?a=1&tkn=s%20e&b=2".parse().unwrap_or_default();
         assert_eq!(query_token(&uri).as_deref(), Some("s e"));
         assert_eq!(redacted(&uri), "/x?a=1&b=2");
+    }
+
+    /// The listener `serve_ws` hands to axum turns Nagle's algorithm off on what it accepts.
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        use axum::serve::Listener;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local address");
+        let mut listener = without_nagle(listener);
+        let client = tokio::net::TcpStream::connect(addr);
+        let ((accepted, _), client) = tokio::join!(listener.accept(), client);
+        let _client = client.expect("connect");
+        // The kernel default is off, so this fails if the wrapper does nothing.
+        assert!(accepted.nodelay().expect("read TCP_NODELAY"));
     }
 }
