@@ -95,6 +95,8 @@ pub(crate) struct Actor {
     pub saved_permission_mode: Option<Value>,
     pub catalogue: Option<SessionSummary>,
     pub closed: bool,
+    /// Dispatches waiting for a backend to open, in arrival order.
+    pub parked: Vec<crate::parked::Parked>,
 }
 
 /// Reasonable upper bound on waiting for a backend's `close`.

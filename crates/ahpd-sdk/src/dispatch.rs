@@ -80,16 +80,26 @@ fn normalise(raw: &mut Value, active: Option<&ActiveTurn>) {
 }
 
 impl Actor {
-    pub(crate) fn dispatch(
+    pub(crate) fn dispatch(&mut self, conn: ConnRef, channel: &str, client_seq: i64, raw: Value) {
+        self.dispatch_now(conn, channel, client_seq, raw, false);
+    }
+
+    /// Handle a dispatch, unless it needs a backend that is still opening (then it is held,
+    /// see `parked`); `replaying` is a held one being released.
+    pub(crate) fn dispatch_now(
         &mut self,
         conn: ConnRef,
         channel: &str,
         client_seq: i64,
         mut raw: Value,
+        replaying: bool,
     ) {
         let is_session = channel == &*self.uri;
         let chat: Option<Arc<str>> = self.chats.get_key_value(channel).map(|(k, _)| k.clone());
         if !is_session && chat.is_none() {
+            return;
+        }
+        if self.park_for_backend(&conn, channel, chat.as_ref(), client_seq, &raw, replaying) {
             return;
         }
         let active = chat

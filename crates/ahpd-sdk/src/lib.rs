@@ -73,6 +73,7 @@ mod filestore;
 mod hub;
 mod lifecycle;
 mod open;
+mod parked;
 mod remember;
 mod root;
 mod rootdispatch;

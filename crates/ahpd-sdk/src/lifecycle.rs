@@ -115,6 +115,9 @@ impl Actor {
                 if is_start {
                     self.finish_start(Ok(()));
                 }
+                // Held config changes, resumes and rewinds reach the backend before turns
+                // queued behind them.
+                self.release_parked(&chat, None);
                 for turn in queued {
                     self.begin(&chat, turn);
                 }
@@ -127,6 +130,7 @@ impl Actor {
                     },
                     None => Vec::new(),
                 };
+                self.release_parked(&chat, Some(&err.to_string()));
                 if is_start {
                     self.finish_start(Err(err));
                     return;

@@ -106,6 +106,7 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
         saved_permission_mode: None,
         catalogue: None,
         closed: false,
+        parked: Vec::new(),
     };
     let mut chat = actor.new_chat(
         &default_chat,

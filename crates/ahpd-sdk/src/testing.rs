@@ -75,6 +75,9 @@ struct Stored {
     turns: Vec<Turn>,
 }
 
+/// A backend open the scripted agent was asked for: the chat URI and `SessionStart.resume`.
+pub type Opened = (String, Option<String>);
+
 /// A backend driven by the message text, for tests. Provider `mock`.
 ///
 /// Scripts (the turn's message text): `reason` (reasoning then a reply), `tool` (a tool that
@@ -89,6 +92,9 @@ struct Stored {
 pub struct ScriptedAgent {
     store: Arc<Mutex<HashMap<String, Stored>>>,
     forks: Arc<Mutex<Vec<(String, ForkFrom)>>>,
+    opens: Arc<Mutex<Vec<Opened>>>,
+    configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
+    fail_resume: bool,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -119,6 +125,26 @@ impl ScriptedAgent {
     /// The chat URI and source of every chat this agent opened as a fork, in order.
     pub fn forks(&self) -> Vec<(String, ForkFrom)> {
         self.forks.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    /// The chat URI and `SessionStart.resume` of every backend this agent was asked to open,
+    /// in order.
+    pub fn opens(&self) -> Vec<Opened> {
+        self.opens.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// The backend id and changes of every `Session::configure` call, in order.
+    pub fn configured(&self) -> Vec<(String, JsonObject)> {
+        self.configured
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Fail every attempt to open a stored conversation (`SessionStart.resume` set).
+    pub fn failing_resume(mut self) -> Self {
+        self.fail_resume = true;
+        self
     }
 
     /// Store a past conversation of `turns` complete turns under `id`.
@@ -226,6 +252,14 @@ impl Agent for ScriptedAgent {
                 dir.display()
             )));
         }
+        if let Ok(mut o) = self.opens.lock() {
+            o.push((start.chat_uri.clone(), start.resume.clone()));
+        }
+        if self.fail_resume && start.resume.is_some() {
+            return Err(AgentError::Failed(
+                "the stored conversation could not be read".into(),
+            ));
+        }
         if let Some(fork) = &start.fork
             && let Ok(mut f) = self.forks.lock()
         {
@@ -236,6 +270,7 @@ impl Agent for ScriptedAgent {
             ctx: start.ctx,
             runs: HashMap::new(),
             store: self.store.clone(),
+            configured: self.configured.clone(),
         }))
     }
 
@@ -269,6 +304,7 @@ struct ScriptedSession {
     ctx: SessionContext,
     runs: HashMap<String, tokio::task::JoinHandle<()>>,
     store: Arc<Mutex<HashMap<String, Stored>>>,
+    configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
 }
 
 fn md(turn: &str, part: &str) -> StateAction {
@@ -502,7 +538,10 @@ impl Session for ScriptedSession {
         }
     }
 
-    fn configure(&mut self, _changes: &JsonObject) -> Result<(), Refusal> {
+    fn configure(&mut self, changes: &JsonObject) -> Result<(), Refusal> {
+        if let Ok(mut c) = self.configured.lock() {
+            c.push((self.id.clone(), changes.clone()));
+        }
         Ok(())
     }
 

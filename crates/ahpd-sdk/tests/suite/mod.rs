@@ -6,6 +6,7 @@ mod malformed;
 mod many_clients;
 mod multihost;
 mod paging;
+mod past_backend;
 mod puppet;
 mod reconnect;
 mod robustness;

@@ -1,0 +1,104 @@
+//! A past session's backend is opened by the first action that needs it, not only by a turn
+//! (host.md §7.3): a config change opens it on the stored conversation and reaches
+//! `Session::configure`; a failure to open refuses the change.
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::SnapshotState;
+use ahpd_sdk::testing::ScriptedAgent;
+use serde_json::{Value, json};
+
+use super::support::*;
+
+fn change(v: Value) -> StateAction {
+    serde_json::from_value(json!({"type": "session/configChanged", "config": v}))
+        .expect("a config change")
+}
+
+fn permission_mode(w: &Watch, session: &str) -> Value {
+    w.mirror.sessions[session]
+        .config
+        .as_ref()
+        .expect("config is always present")
+        .values["permissionMode"]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_change_opens_a_past_sessions_backend_and_configures_it() {
+    let agent = ScriptedAgent::new().with_history("past", 2);
+    let th = start_with(agent.clone(), |b| b).await;
+    let a = client(&th.url).await;
+    a.initialize("cfg".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let mut w = Watch::new(&a);
+    let session = "mock:/past".to_owned();
+    let (r, _) = a.subscribe(session.clone()).await.expect("subscribe");
+    let snap = r.snapshot.expect("a session snapshot");
+    assert!(matches!(snap.state, SnapshotState::Session(_)));
+    w.snapshot(&snap);
+    assert!(agent.opens().is_empty(), "subscribing opens no backend");
+
+    a.dispatch(session.clone(), change(json!({"permissionMode": "plan"})))
+        .await
+        .expect("dispatch");
+    let env = w
+        .until(|e| matches!(e.action, StateAction::SessionConfigChanged(_)))
+        .await;
+    assert!(env.rejection_reason.is_none(), "{env:?}");
+    assert_eq!(permission_mode(&w, &session), "plan");
+
+    // The backend was opened on the stored conversation, then given the change, before the
+    // echo went out.
+    let opens = agent.opens();
+    assert_eq!(opens.len(), 1, "{opens:?}");
+    assert_eq!(opens[0].1.as_deref(), Some("past"));
+    let configured = agent.configured();
+    assert_eq!(configured.len(), 1, "{configured:?}");
+    assert_eq!(configured[0].0, "past");
+    assert_eq!(configured[0].1.get("permissionMode"), Some(&json!("plan")));
+
+    // A second change goes straight to the open backend.
+    a.dispatch(
+        session.clone(),
+        change(json!({"permissionMode": "acceptEdits"})),
+    )
+    .await
+    .expect("dispatch");
+    w.until(|e| matches!(e.action, StateAction::SessionConfigChanged(_)))
+        .await;
+    assert_eq!(agent.opens().len(), 1, "the backend is opened once");
+    assert_eq!(agent.configured().len(), 2);
+    assert_mirror(&th, &mut w, &[session.as_str()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_change_is_refused_when_the_past_backend_cannot_open() {
+    let agent = ScriptedAgent::new()
+        .with_history("past", 1)
+        .failing_resume();
+    let th = start_with(agent.clone(), |b| b).await;
+    let a = client(&th.url).await;
+    a.initialize("cfg-fail".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let mut w = Watch::new(&a);
+    let session = "mock:/past".to_owned();
+    let (r, _) = a.subscribe(session.clone()).await.expect("subscribe");
+    w.snapshot(&r.snapshot.expect("a session snapshot"));
+
+    a.dispatch(session.clone(), change(json!({"permissionMode": "plan"})))
+        .await
+        .expect("dispatch");
+    let env = w
+        .until(|e| matches!(e.action, StateAction::SessionConfigChanged(_)))
+        .await;
+    let reason = env.rejection_reason.expect("refused");
+    assert!(
+        reason.contains("could not be read"),
+        "the failure is named: {reason}"
+    );
+    assert_eq!(permission_mode(&w, &session), "default", "state unchanged");
+    assert_eq!(agent.opens().len(), 1);
+    assert!(agent.configured().is_empty());
+}
