@@ -154,6 +154,25 @@ fn changed<S: Clone + PartialEq>(
     }
 }
 
+/// As `changed`, for a chat, without copying or comparing its ended turns. The reducers of
+/// the replace-style chat actions work on the active turn and the chat's own fields and never
+/// read or change `turns`; copying the whole transcript for each of them made every tool call,
+/// activity or draft change cost time in proportion to the chat's length.
+fn chat_changed(state: &mut ChatState, action: &StateAction) -> Result<bool, ReduceOutcome> {
+    if !replace_style(action) {
+        return changed(state, action, apply_action_to_chat);
+    }
+    let mut turns = std::mem::take(&mut state.turns);
+    let result = changed(state, action, apply_action_to_chat);
+    // Anything a reducer appended to the (empty) list goes after the real turns, and counts
+    // as a change.
+    let mut added = std::mem::take(&mut state.turns);
+    let grew = !added.is_empty();
+    turns.append(&mut added);
+    state.turns = turns;
+    result.map(|changed| changed || grew)
+}
+
 pub(crate) fn chat_summary_of(state: &ChatState) -> ChatSummary {
     ChatSummary {
         resource: state.resource.clone(),
@@ -361,7 +380,7 @@ impl Actor {
         let Some(slot) = self.chats.get_mut(chat) else {
             return false;
         };
-        match changed(&mut slot.state, action, apply_action_to_chat) {
+        match chat_changed(&mut slot.state, action) {
             Ok(true) => {
                 self.inner.hub.publish(chat, action, origin);
                 // Streaming text never changes a chat's title, status or activity.
@@ -651,5 +670,48 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(id: &str) -> Turn {
+        Turn {
+            id: id.to_owned(),
+            started_at: Some("2026-01-01T00:00:00.000Z".into()),
+            duration: Some(1),
+            message: Message {
+                text: format!("question {id}"),
+                origin: MessageOrigin {
+                    kind: MessageKind::User,
+                },
+                attachments: None,
+                model: None,
+                agent: None,
+                meta: None,
+            },
+            response_parts: Vec::new(),
+            usage: None,
+            state: TurnState::Complete,
+        }
+    }
+
+    fn read(is_read: bool) -> StateAction {
+        StateAction::ChatIsReadChanged(ChatIsReadChangedAction { is_read })
+    }
+
+    /// The transcript is left out of the comparison, not out of the state: a replace-style
+    /// action is still told apart from a repeat, and the turns come back untouched.
+    #[test]
+    fn replace_style_chat_actions_compare_without_losing_turns() {
+        let mut state = empty_chat("ahp-chat:/c", "c");
+        state.turns = (0..3).map(|i| ended(&format!("t{i}"))).collect();
+        let before = state.turns.clone();
+        assert_eq!(chat_changed(&mut state, &read(true)), Ok(true));
+        assert_eq!(chat_changed(&mut state, &read(true)), Ok(false));
+        assert_eq!(chat_changed(&mut state, &read(false)), Ok(true));
+        assert_eq!(state.turns, before);
     }
 }

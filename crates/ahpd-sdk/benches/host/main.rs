@@ -7,11 +7,14 @@
 //!   stalled client present, against a raw axum + `tokio::sync::broadcast` server sending the
 //!   same payloads to the same clients (the figure).
 //! - `fanout_50` and `throughput_one_connection` (host.md §12): see `sustained.rs`.
+//! - `long_chat`: per-turn time at about 1,000 turns in one chat against about 100 turns in
+//!   the same chat; see `long_chat.rs`.
 //!
 //! `idle_rss` is the daemon's figure and is measured by `crates/ahpd/benches/startup.rs`.
 //!
 //! Run with `cargo bench -p ahpd-sdk --bench host`; `AHPD_BENCH_SECS=5` shortens the two
-//! 30-second phases and `-- --quick` also the sample counts of the first two.
+//! 30-second phases and `-- --quick` also the sample counts of the first two; `-- long_chat`
+//! runs only that case.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
@@ -32,6 +35,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::sync::broadcast;
 
+mod long_chat;
 mod sustained;
 
 type Slot = Arc<Mutex<Option<(SessionContext, String)>>>;
@@ -328,11 +332,16 @@ fn main() {
         .build()
         .unwrap();
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "long_chat") {
+        rt.block_on(long_chat::long_chat());
+        return;
+    }
     rt.block_on(async {
         emit_to_frame(if quick { 500 } else { 10_000 }).await;
         fanout(100, if quick { 200 } else { 2_000 }).await;
         let secs = sustained::phase_secs();
         sustained::fanout_50(secs).await;
         sustained::throughput_one_connection(secs).await;
+        long_chat::long_chat().await;
     });
 }
