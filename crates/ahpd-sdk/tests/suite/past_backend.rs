@@ -102,3 +102,33 @@ async fn a_config_change_is_refused_when_the_past_backend_cannot_open() {
     assert_eq!(agent.opens().len(), 1);
     assert!(agent.configured().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_opens_a_past_chats_backend_and_asks_it() {
+    let agent = ScriptedAgent::new().with_history("past", 2);
+    let th = start_with(agent.clone(), |b| b).await;
+    let a = client(&th.url).await;
+    a.initialize("rewind".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let mut w = Watch::new(&a);
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/past");
+    let (r, _) = a.subscribe(chat.clone()).await.expect("subscribe");
+    w.snapshot(&r.snapshot.expect("a chat snapshot"));
+
+    let rewind: StateAction =
+        serde_json::from_value(json!({"type": "chat/truncated", "turnId": "old-0"}))
+            .expect("a rewind");
+    a.dispatch(chat.clone(), rewind).await.expect("dispatch");
+    let env = w
+        .until(|e| matches!(e.action, StateAction::ChatTruncated(_)))
+        .await;
+    // The scripted backend cannot rewind; its own refusal (not "not available") shows the
+    // host opened it on the stored conversation and asked it.
+    let reason = env.rejection_reason.expect("refused by the backend");
+    assert!(reason.contains("cannot rewind"), "{reason}");
+    let opens = agent.opens();
+    assert_eq!(opens.len(), 1, "{opens:?}");
+    assert_eq!(opens[0], (chat.clone(), Some("past".to_owned())));
+    assert_mirror(&th, &mut w, &[chat.as_str()]).await;
+}
