@@ -196,8 +196,11 @@ impl Actor {
                 if a.turn_id.is_empty() {
                     return Err("a turn needs a non-empty turnId".into());
                 }
+                // Older transcript pages count too: a reused id would appear twice once a
+                // client loads them.
                 let used = self.chats.get(chat).is_some_and(|c| {
                     c.state.turns.iter().any(|t| t.id == a.turn_id)
+                        || c.older.iter().any(|t| t.id == a.turn_id)
                         || active.is_some_and(|t| t.id == a.turn_id)
                 });
                 if used {

@@ -1,6 +1,7 @@
 //! A past session's backend is opened by the first action that needs it, not only by a turn
 //! (host.md §7.3): a config change opens it on the stored conversation and reaches
-//! `Session::configure`; a failure to open refuses the change.
+//! `Session::configure`; a failure to open refuses the change. Also: a turn id used on a
+//! transcript page not loaded yet counts as used.
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::SnapshotState;
@@ -131,4 +132,29 @@ async fn a_rewind_opens_a_past_chats_backend_and_asks_it() {
     assert_eq!(opens.len(), 1, "{opens:?}");
     assert_eq!(opens[0], (chat.clone(), Some("past".to_owned())));
     assert_mirror(&th, &mut w, &[chat.as_str()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_id_from_an_unloaded_page_is_refused() {
+    let th = start_with(ScriptedAgent::new().with_history("old", 60), |b| {
+        b.turns_page(20)
+    })
+    .await;
+    let a = client(&th.url).await;
+    a.initialize("ids".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let mut w = Watch::new(&a);
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/old");
+    let (r, _) = a.subscribe(chat.clone()).await.expect("subscribe");
+    w.snapshot(&r.snapshot.expect("a chat snapshot"));
+    // `old-0` is on the oldest page, which the window does not hold.
+    a.dispatch(chat.clone(), turn_started("old-0", "again"))
+        .await
+        .expect("dispatch");
+    let env = w
+        .until(|e| matches!(e.action, StateAction::ChatTurnStarted(_)))
+        .await;
+    let reason = env.rejection_reason.expect("refused");
+    assert!(reason.contains("already used"), "{reason}");
 }
