@@ -317,3 +317,79 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
     assert_eq!(runs.len(), 2);
     assert!(runs.iter().all(|r| r.status == RunStatus::Completed));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host() {
+    // Item 68 end to end: the second host opens the stored session when a client changes its
+    // config, the engine reopens the paused run, and the client's approval completes it.
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "new" }),
+        ),
+        text("written"),
+    ]);
+    let id = fresh_id("reopen-host");
+    pause_then_stop(&place, options(&store, &ep), &id).await;
+
+    let second = Arc::new(agent(options(&store, &ep), place.embedder()));
+    let th = host(vec![second.clone()]).await;
+    let client = client(&th.url, "later").await;
+    let mut w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
+    assert!(w.chat_state().active_turn.is_none());
+    let change: StateAction = serde_json::from_value(
+        json!({ "type": "session/configChanged", "config": { "permissionMode": "default" } }),
+    )
+    .unwrap();
+    w.client
+        .dispatch(w.session.clone(), change)
+        .await
+        .expect("dispatch");
+    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+        .await;
+    let active = w
+        .chat_state()
+        .active_turn
+        .clone()
+        .expect("the turn is shown");
+    assert_eq!(active.id, "t1");
+    let calls = w.last_calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let confirm: StateAction = serde_json::from_value(json!({
+        "type": "chat/toolCallConfirmed", "turnId": "t1", "toolCallId": "c1",
+        "approved": true, "selectedOptionId": "allow-once"
+    }))
+    .unwrap();
+    w.client
+        .dispatch(w.chat.clone(), confirm)
+        .await
+        .expect("dispatch");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    w.assert_mirror(&th).await;
+    let count = |pred: &dyn Fn(&StateAction) -> bool| {
+        w.envelopes.iter().filter(|e| pred(&e.action)).count()
+    };
+    assert_eq!(
+        count(&|a| matches!(a, StateAction::ChatTurnStarted(s) if s.turn_id == "t1")),
+        1,
+        "the reopened turn is said once"
+    );
+    assert_eq!(
+        count(&|a| matches!(a, StateAction::SessionInputNeededSet(_))),
+        1,
+        "one question raised"
+    );
+    assert_eq!(
+        std::fs::read_to_string(place.work.join("a.txt")).unwrap(),
+        "new",
+        "the tool ran once, after the approval"
+    );
+    assert_eq!(ep.chat_bodies().len(), 2);
+    check_one_completed_run(&store, &id).await;
+}
