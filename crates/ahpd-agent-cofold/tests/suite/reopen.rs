@@ -5,7 +5,7 @@
 //! are dropped mid-wait as a stopped process leaves them, and the paused run stays in the file
 //! store. The second one opens the same store.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +57,50 @@ async fn pause_then_stop(place: &Place, options: Value, id: &str) {
     tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(30)))
         .await
         .expect("the first daemon stops");
+}
+
+/// A first daemon stopped while its turn `t1` ("write a.txt") waits for approval of a
+/// `write_file` of `a.txt` with `content`; the endpoint answers `then` after that first call.
+struct Paused {
+    place: Place,
+    store: PathBuf,
+    ep: testkit::Endpoint,
+    id: String,
+}
+
+async fn paused(prefix: &str, content: &str, then: Vec<testkit::Reply>) -> Paused {
+    let place = Place::new();
+    let store = place.home.join("store");
+    let mut replies = vec![call(
+        "c1",
+        "write_file",
+        json!({ "path": "a.txt", "content": content }),
+    )];
+    replies.extend(then);
+    let ep = endpoint(replies);
+    let id = fresh_id(prefix);
+    pause_then_stop(&place, options(&store, &ep), &id).await;
+    Paused {
+        place,
+        store,
+        ep,
+        id,
+    }
+}
+
+impl Paused {
+    fn options(&self) -> Value {
+        options(&self.store, &self.ep)
+    }
+
+    /// A second host over the same store, and a client watching the paused session.
+    async fn second_host(&self) -> (TestHost, Watch) {
+        let second = Arc::new(agent(self.options(), self.place.embedder()));
+        let th = host(vec![second]).await;
+        let client = client(&th.url, "later").await;
+        let w = Watch::subscribe(client, &format!("cofold:/{}", self.id)).await;
+        (th, w)
+    }
 }
 
 fn runs_of(store: &Path) -> FileStore {
@@ -169,24 +213,19 @@ async fn check_one_completed_run(store: &Path, id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_is_reopened_asked_again_and_completed() {
     // Items 60, 68 and 69.
-    let place = Place::new();
-    let store = place.home.join("store");
-    let ep = endpoint(vec![
-        call(
-            "c1",
-            "write_file",
-            json!({ "path": "a.txt", "content": "new" }),
-        ),
-        text("written"),
-    ]);
-    let id = fresh_id("reopen");
-    pause_then_stop(&place, options(&store, &ep), &id).await;
+    let p = paused("reopen", "new", vec![text("written")]).await;
+    let Paused {
+        place,
+        store,
+        ep,
+        id,
+    } = &p;
     assert!(!place.work.join("a.txt").exists());
 
-    let second = agent(options(&store, &ep), place.embedder());
+    let second = agent(p.options(), place.embedder());
     // Read back, the paused turn is not history yet.
-    assert_eq!(second.transcript(&id).await.map(|t| t.len()), Some(0));
-    let (mut session, mut probe) = reopened_session(&second, &place, &id).await;
+    assert_eq!(second.transcript(id).await.map(|t| t.len()), Some(0));
+    let (mut session, mut probe) = reopened_session(&second, place, id).await;
     // A config change is what opens it.
     let mut change = serde_json::Map::new();
     change.insert("permissionMode".into(), json!("default"));
@@ -225,33 +264,32 @@ async fn a_paused_run_is_reopened_asked_again_and_completed() {
         "the tool ran once the reopened run was approved"
     );
     assert_eq!(ep.chat_bodies().len(), 2);
-    check_one_completed_run(&store, &id).await;
+    check_one_completed_run(store, id).await;
     session.close().await;
-    assert_eq!(second.transcript(&id).await.map(|t| t.len()), Some(1));
+    assert_eq!(second.transcript(id).await.map(|t| t.len()), Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
     // Item 70.
-    let place = Place::new();
-    let store = place.home.join("store");
-    let ep = endpoint(vec![
-        call(
-            "c1",
-            "write_file",
-            json!({ "path": "a.txt", "content": "one" }),
-        ),
-        call(
-            "c2",
-            "write_file",
-            json!({ "path": "b.txt", "content": "two" }),
-        ),
-        text("both written"),
-    ]);
-    let id = fresh_id("reopen-two");
-    pause_then_stop(&place, options(&store, &ep), &id).await;
-    let second = agent(options(&store, &ep), place.embedder());
-    let (mut session, mut probe) = reopened_session(&second, &place, &id).await;
+    let p = paused(
+        "reopen-two",
+        "one",
+        vec![
+            call(
+                "c2",
+                "write_file",
+                json!({ "path": "b.txt", "content": "two" }),
+            ),
+            text("both written"),
+        ],
+    )
+    .await;
+    let Paused {
+        place, store, id, ..
+    } = &p;
+    let second = agent(p.options(), place.embedder());
+    let (mut session, mut probe) = reopened_session(&second, place, id).await;
     session
         .configure(&serde_json::Map::new())
         .expect("accepted");
@@ -266,31 +304,27 @@ async fn a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
         std::fs::read_to_string(place.work.join("b.txt")).unwrap(),
         "two"
     );
-    check_one_completed_run(&store, &id).await;
+    check_one_completed_run(store, id).await;
     session.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
     // Item 71, through the host and the official client.
-    let place = Place::new();
-    let store = place.home.join("store");
-    let ep = endpoint(vec![
-        call(
-            "c1",
-            "write_file",
-            json!({ "path": "a.txt", "content": "new" }),
-        ),
-        text("left alone"),
-        text("second answer"),
-    ]);
-    let id = fresh_id("replace");
-    pause_then_stop(&place, options(&store, &ep), &id).await;
+    let p = paused(
+        "replace",
+        "new",
+        vec![text("left alone"), text("second answer")],
+    )
+    .await;
+    let Paused {
+        place,
+        store,
+        ep,
+        id,
+    } = &p;
 
-    let second = Arc::new(agent(options(&store, &ep), place.embedder()));
-    let th = host(vec![second.clone()]).await;
-    let client = client(&th.url, "later").await;
-    let mut w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
+    let (th, mut w) = p.second_host().await;
     assert!(w.chat_state().turns.is_empty());
     assert!(w.chat_state().active_turn.is_none());
     w.send("t2", "something else").await;
@@ -313,7 +347,7 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
     assert!(request_text(&bodies[1]).contains(REPLACED));
     assert!(!request_text(&bodies[1]).contains("something else"));
     assert!(request_text(&bodies[2]).contains("something else"));
-    let runs = runs_of(&store).list_runs(&id, None).await.unwrap();
+    let runs = runs_of(store).list_runs(id, None).await.unwrap();
     assert_eq!(runs.len(), 2);
     assert!(runs.iter().all(|r| r.status == RunStatus::Completed));
 }
@@ -322,23 +356,15 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
 async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host() {
     // Item 68 end to end: the second host opens the stored session when a client changes its
     // config, the engine reopens the paused run, and the client's approval completes it.
-    let place = Place::new();
-    let store = place.home.join("store");
-    let ep = endpoint(vec![
-        call(
-            "c1",
-            "write_file",
-            json!({ "path": "a.txt", "content": "new" }),
-        ),
-        text("written"),
-    ]);
-    let id = fresh_id("reopen-host");
-    pause_then_stop(&place, options(&store, &ep), &id).await;
+    let p = paused("reopen-host", "new", vec![text("written")]).await;
+    let Paused {
+        place,
+        store,
+        ep,
+        id,
+    } = &p;
 
-    let second = Arc::new(agent(options(&store, &ep), place.embedder()));
-    let th = host(vec![second.clone()]).await;
-    let client = client(&th.url, "later").await;
-    let mut w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
+    let (th, mut w) = p.second_host().await;
     assert!(w.chat_state().active_turn.is_none());
     let change: StateAction = serde_json::from_value(
         json!({ "type": "session/configChanged", "config": { "permissionMode": "default" } }),
@@ -391,5 +417,5 @@ async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host()
         "the tool ran once, after the approval"
     );
     assert_eq!(ep.chat_bodies().len(), 2);
-    check_one_completed_run(&store, &id).await;
+    check_one_completed_run(store, id).await;
 }
