@@ -43,6 +43,9 @@ pub(crate) struct Chat {
     pub coalescer: Coalescer,
     /// Turns the active turn replaced; their approvals stay answerable.
     pub replaced: HashSet<String>,
+    /// The turn and the parts a stray stream was already warned about (§9 rule 7), so a backend
+    /// that keeps streaming into a missing part logs one warning, not one per delta.
+    pub stray_warned: (String, HashSet<String>),
 }
 
 pub(crate) enum PendingKind {
@@ -97,6 +100,29 @@ pub(crate) struct Actor {
     pub closed: bool,
     /// Dispatches waiting for a backend to open, in arrival order.
     pub parked: Vec<crate::parked::Parked>,
+}
+
+/// The turn and part a streamed action writes into (for a tool call's input, its call id).
+fn stream_target(action: &StateAction) -> Option<(&str, &str)> {
+    match action {
+        StateAction::ChatDelta(a) => Some((&a.turn_id, &a.part_id)),
+        StateAction::ChatReasoning(a) => Some((&a.turn_id, &a.part_id)),
+        StateAction::ChatToolCallDelta(a) => Some((&a.turn_id, &a.tool_call_id)),
+        _ => None,
+    }
+}
+
+impl Chat {
+    /// Whether this is the first stray stream into `part` of `turn` (it is then remembered).
+    /// Only the latest turn's parts are kept.
+    fn first_stray(&mut self, turn: &str, part: &str) -> bool {
+        let (warned_turn, parts) = &mut self.stray_warned;
+        if warned_turn != turn {
+            turn.clone_into(warned_turn);
+            parts.clear();
+        }
+        parts.insert(part.to_owned())
+    }
 }
 
 /// Reasonable upper bound on waiting for a backend's `close`.
@@ -238,6 +264,7 @@ impl Actor {
             cursors: HashMap::new(),
             coalescer: Coalescer::new(self.inner.options.delta_window),
             replaced: HashSet::new(),
+            stray_warned: (String::new(), HashSet::new()),
         }
     }
 
@@ -396,16 +423,17 @@ impl Actor {
             }
             Ok(false) => false,
             Err(outcome) => {
-                if matches!(
-                    action,
-                    StateAction::ChatDelta(_)
-                        | StateAction::ChatReasoning(_)
-                        | StateAction::ChatToolCallDelta(_)
-                ) {
-                    // A backend streaming into a part it never created (§9 rule 7).
-                    tracing::warn!(chat = %chat, ?outcome, "a streamed action matched no part of the running turn and was not published");
-                } else {
-                    tracing::debug!(chat = %chat, ?outcome, "a chat action changed nothing and was not published");
+                match stream_target(action) {
+                    // A backend streaming into a part it never created (§9 rule 7): said once
+                    // per part and turn, since a backend still streaming after a cancel would
+                    // otherwise log a line per delta.
+                    Some((turn, part)) if slot.first_stray(turn, part) => {
+                        tracing::warn!(chat = %chat, turn, part, ?outcome, "a streamed action matched no part of the running turn and was not published; later ones for this part are not logged");
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::debug!(chat = %chat, ?outcome, "a chat action changed nothing and was not published");
+                    }
                 }
                 false
             }

@@ -71,13 +71,15 @@ impl Session for MisbehavingSession {
             queued_message_id: None,
             meta: None,
         }));
-        // rule 7: a delta for a part that does not exist
-        ctx.emit(StateAction::ChatDelta(ChatDeltaAction {
-            turn_id: t.clone(),
-            part_id: "ghost".into(),
-            content: "lost".into(),
-            meta: None,
-        }));
+        // rule 7: deltas for parts that do not exist, three into one and one into another
+        for part in ["ghost", "ghost", "ghost", "ghost2"] {
+            ctx.emit(StateAction::ChatDelta(ChatDeltaAction {
+                turn_id: t.clone(),
+                part_id: part.into(),
+                content: "lost".into(),
+                meta: None,
+            }));
+        }
         // rule 11: a tool-call part sent as a response part
         ctx.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
             turn_id: t.clone(),
@@ -218,9 +220,10 @@ async fn rule_07_a_delta_needs_its_part() {
         ["m"],
         "the delta for a missing part is not published"
     );
-    assert!(
-        warned(&chat, "matched no part"),
-        "the dropped delta is logged as a warning"
+    assert_eq!(
+        warnings(&chat, "matched no part"),
+        2,
+        "a dropped delta is logged as a warning once per missing part, not once per delta"
     );
 }
 

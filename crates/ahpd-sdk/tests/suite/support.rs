@@ -344,8 +344,17 @@ pub fn capture_warnings() {
 
 /// Whether a warning about `chat` whose message contains `needle` was logged.
 pub fn warned(chat: &str, needle: &str) -> bool {
+    warnings(chat, needle) > 0
+}
+
+/// How many warnings recorded for `chat` contain `needle`.
+pub fn warnings(chat: &str, needle: &str) -> usize {
     WARNINGS
         .lock()
-        .map(|w| w.iter().any(|(c, m)| c == chat && m.contains(needle)))
-        .unwrap_or(false)
+        .map(|w| {
+            w.iter()
+                .filter(|(c, m)| c == chat && m.contains(needle))
+                .count()
+        })
+        .unwrap_or(0)
 }
