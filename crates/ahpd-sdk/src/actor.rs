@@ -150,7 +150,6 @@ fn replace_style(action: &StateAction) -> bool {
             | StateAction::ChatToolCallConfirmed(_)
             | StateAction::ChatToolCallComplete(_)
             | StateAction::ChatToolCallContentChanged(_)
-            | StateAction::ChatToolCallDelta(_)
             | StateAction::ChatQueuedMessagesReordered(_)
             | StateAction::ChatInputAnswerChanged(_)
     )
@@ -185,6 +184,15 @@ fn changed<S: Clone + PartialEq>(
 /// read or change `turns`; copying the whole transcript for each of them made every tool call,
 /// activity or draft change cost time in proportion to the chat's length.
 fn chat_changed(state: &mut ChatState, action: &StateAction) -> Result<bool, ReduceOutcome> {
+    if let StateAction::ChatToolCallDelta(delta) = action {
+        // Streamed tool input arrives in many small deltas; comparing copies of the running turn
+        // for each one cost time in proportion to the input streamed so far.
+        let changes = tool_delta_changes(state, delta);
+        return match apply_action_to_chat(state, action) {
+            ReduceOutcome::Applied => Ok(changes),
+            other => Err(other),
+        };
+    }
     if !replace_style(action) {
         return changed(state, action, apply_action_to_chat);
     }
@@ -197,6 +205,34 @@ fn chat_changed(state: &mut ChatState, action: &StateAction) -> Result<bool, Red
     turns.append(&mut added);
     state.turns = turns;
     result.map(|changed| changed || grew)
+}
+
+/// Whether a tool-input delta changes the call it names: only a call still streaming its input
+/// takes one, and then only what the delta carries that differs.
+fn tool_delta_changes(state: &ChatState, delta: &ChatToolCallDeltaAction) -> bool {
+    let Some(turn) = state.active_turn.as_ref().filter(|t| t.id == delta.turn_id) else {
+        return false;
+    };
+    turn.response_parts.iter().any(|part| match part {
+        ResponsePart::ToolCall(call) => match &call.tool_call {
+            ToolCallState::Streaming(s) if s.tool_call_id == delta.tool_call_id => {
+                delta
+                    .content
+                    .as_ref()
+                    .is_some_and(|c| !c.is_empty() || s.partial_input.is_none())
+                    || delta
+                        .meta
+                        .as_ref()
+                        .is_some_and(|m| s.meta.as_ref() != Some(m))
+                    || delta
+                        .invocation_message
+                        .as_ref()
+                        .is_some_and(|i| s.invocation_message.as_ref() != Some(i))
+            }
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 pub(crate) fn chat_summary_of(state: &ChatState) -> ChatSummary {
@@ -704,6 +740,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ahp_types::common::StringOrMarkdown;
 
     fn ended(id: &str) -> Turn {
         Turn {
@@ -741,5 +778,85 @@ mod tests {
         assert_eq!(chat_changed(&mut state, &read(true)), Ok(false));
         assert_eq!(chat_changed(&mut state, &read(false)), Ok(true));
         assert_eq!(state.turns, before);
+    }
+
+    fn delta(call: &str, content: Option<&str>, meta: Option<Value>) -> StateAction {
+        StateAction::ChatToolCallDelta(ChatToolCallDeltaAction {
+            turn_id: "t".into(),
+            tool_call_id: call.into(),
+            meta: meta.and_then(|m| m.as_object().cloned()),
+            content: content.map(str::to_owned),
+            invocation_message: None,
+        })
+    }
+
+    /// A tool-input delta says whether it changed the chat without a copy to compare with; what
+    /// it says must agree with comparing copies.
+    #[test]
+    fn tool_input_deltas_report_a_change_exactly_when_they_make_one() {
+        let mut state = empty_chat("ahp-chat:/c", "c");
+        let mut message = ended("t").message;
+        message.text = "go".into();
+        let setup = [
+            StateAction::ChatTurnStarted(ChatTurnStartedAction {
+                turn_id: "t".into(),
+                started_at: "2026-01-01T00:00:00.000Z".into(),
+                message,
+                queued_message_id: None,
+                meta: None,
+            }),
+            StateAction::ChatToolCallStart(ChatToolCallStartAction {
+                turn_id: "t".into(),
+                tool_call_id: "c".into(),
+                meta: None,
+                tool_name: "write".into(),
+                display_name: "Write".into(),
+                intention: None,
+                contributor: None,
+            }),
+        ];
+        for action in &setup {
+            assert_eq!(chat_changed(&mut state, action), Ok(true));
+        }
+        let meta = serde_json::json!({"k": 1});
+        let steps = [
+            (delta("c", Some(""), None), true),
+            (delta("c", Some(""), None), false),
+            (delta("c", Some("{\"pa"), None), true),
+            (delta("c", None, None), false),
+            (delta("c", None, Some(meta.clone())), true),
+            (delta("c", None, Some(meta)), false),
+        ];
+        for (action, expected) in steps {
+            let before = state.clone();
+            let said = chat_changed(&mut state, &action);
+            assert_eq!(said, Ok(state != before), "{action:?}");
+            assert_eq!(said, Ok(expected), "{action:?}");
+        }
+        // Once the input is complete, a late delta changes nothing.
+        let ready = StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+            turn_id: "t".into(),
+            tool_call_id: "c".into(),
+            meta: None,
+            contributor: None,
+            intention: None,
+            invocation_message: StringOrMarkdown::Plain("write".into()),
+            tool_input: None,
+            confirmation_title: None,
+            risk_assessment: None,
+            edits: None,
+            editable: None,
+            confirmed: None,
+            options: None,
+        });
+        assert_eq!(chat_changed(&mut state, &ready), Ok(true));
+        let before = state.clone();
+        assert_eq!(
+            chat_changed(&mut state, &delta("c", Some("x"), None)),
+            Ok(false)
+        );
+        assert_eq!(state, before);
+        // A delta for a call that does not exist is the rule-7 case: not applied.
+        assert!(chat_changed(&mut state, &delta("ghost", Some("x"), None)).is_err());
     }
 }
