@@ -2,9 +2,9 @@
 //!
 //! Measures, for the daemon with the echo plugin on a free loopback port: the time from spawn to
 //! the answer of `initialize` over a real WebSocket (official `ahp` client), and the resident
-//! memory after 5 s idle. The baseline is `node -e` with a timer, spawned the same way: time to
-//! its first line on standard output, and its resident memory after 5 s. Run with
-//! `cargo bench -p ahpd --bench startup` (release build).
+//! memory after 5 s idle (again at 10 s). The baseline is `node -e` with a timer, spawned the same
+//! way: time to its first line on standard output, and its resident memory at the same moments.
+//! Run with `cargo bench -p ahpd --bench startup` (release build).
 
 #![allow(clippy::unwrap_used)]
 
@@ -16,6 +16,7 @@ use ahp::client::{Client, ClientConfig};
 
 const RUNS: usize = 30;
 const IDLE: Duration = Duration::from_secs(5);
+const IDLE_LATER: Duration = Duration::from_secs(10);
 const NODE_SCRIPT: &str = "console.log('ready'); setInterval(() => {}, 1000)";
 
 fn ahpd(config: &std::path::Path) -> Command {
@@ -162,6 +163,10 @@ fn main() {
     std::thread::sleep(IDLE);
     let daemon_rss = rss_kib(daemon.id());
     let node_rss = node.as_ref().map(|n| rss_kib(n.id()));
+    // The host's design reads the same figure at 10 s (host.md §12, `idle_rss`).
+    std::thread::sleep(IDLE_LATER - IDLE);
+    let daemon_later = rss_kib(daemon.id());
+    let node_later = node.as_ref().map(|n| rss_kib(n.id()));
     stop(daemon);
     if let Some(n) = node {
         stop(n);
@@ -206,5 +211,14 @@ fn main() {
             );
         }
         None => println!("node: not found on PATH; the Node.js baseline column is skipped"),
+    }
+    println!("idle RSS after {} s (MiB)", IDLE_LATER.as_secs());
+    row("ahpd (echo plugin, no connection)", &daemon_later);
+    if let Some(n) = node_later {
+        row("node -e with a timer", &n);
+        println!(
+            "ratio ahpd / node: total {:.2}",
+            daemon_later.total as f64 / n.total as f64
+        );
     }
 }
