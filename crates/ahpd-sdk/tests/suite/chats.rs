@@ -27,21 +27,10 @@ async fn refused(a: &ahp::Client, params: Value) -> String {
 async fn a_fork_copies_the_turns_through_its_source_turn_and_runs_on_its_own() {
     let agent = ScriptedAgent::new();
     let th = start_with(agent.clone(), |b| b).await;
-    let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("f".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
     let session = "mock:/forks".to_owned();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let a = client(&th.url).await;
+    let mut w = open_session(&a, "f", &session, &[&session, &chat]).await;
     for t in ["t1", "t2", "t3"] {
         a.dispatch(chat.clone(), turn_started(t, &format!("say {t}")))
             .await

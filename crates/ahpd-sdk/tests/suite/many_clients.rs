@@ -100,18 +100,8 @@ async fn a_stalled_client_is_closed_and_never_slows_the_others() {
     )
     .await
     .unwrap();
-    let mut wa = Watch::new(&a);
-    a.initialize("a".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let session = "mock:/stall".to_owned();
-    let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
-    wa.snapshot(&r.snapshot.unwrap());
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/stall");
+    let mut wa = open_session(&a, "a", "mock:/stall", &[&chat]).await;
 
     // Client B: subscribes, then never reads again; its buffer holds one frame.
     let (peer_b, mut mem_b) = pair(1, 1 << 20);
@@ -228,18 +218,8 @@ async fn delta_frames_and_state(window: Duration) -> (usize, ahp_types::state::C
     )
     .await
     .unwrap();
-    let mut w = Watch::new(&a);
-    a.initialize("c".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let session = "pup:/coalesce".to_owned();
-    let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
-    w.snapshot(&r.snapshot.unwrap());
+    let chat = ahpd_sdk::util::default_chat_uri("pup:/coalesce");
+    let mut w = open_session(&a, "c", "pup:/coalesce", &[&chat]).await;
     a.dispatch(chat.clone(), turn_started("t", "go"))
         .await
         .unwrap();

@@ -15,7 +15,7 @@ use ahp_types::state::*;
 use ahpd_sdk::agent::*;
 use ahpd_sdk::testing::ScriptedAgent;
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::support::*;
 
@@ -115,24 +115,11 @@ impl Session for PuppetSession {
 /// session `pup:/s` and its default chat.
 pub async fn pup_host(p: Puppet) -> (TestHost, Client, Watch, String, String) {
     let th = start_with(ScriptedAgent::new(), |b| b.agent(Arc::new(p))).await;
-    let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("pup".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
     let session = "pup:/s".to_owned();
-    let _: Value = a
-        .request(
-            "createSession",
-            json!({"channel": session, "provider": "pup"}),
-        )
-        .await
-        .unwrap();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let create = json!({"channel": session, "provider": "pup"});
+    let a = client(&th.url).await;
+    let w = open_session_with(&a, "pup", create, &[&session, &chat]).await;
     (th, a, w, session, chat)
 }
 

@@ -188,16 +188,7 @@ async fn a_gap_beyond_the_ring_or_an_unknown_client_gets_snapshots_and_disposed_
     // runs a turn and the reconnected client hears nothing of it. (`late` superseded `a2`,
     // which shared its client id, so another client drives it.)
     let d = client(&th.url).await;
-    d.initialize("d".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let _: Value = d
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let mut wd = Watch::new(&d);
-    let (r, _) = d.subscribe(chat.clone()).await.unwrap();
-    wd.snapshot(&r.snapshot.unwrap());
+    let mut wd = open_session(&d, "d", &session, &[&chat]).await;
     run_turn(&d, &mut wd, &chat, "again", "hello").await;
     wl.sync().await;
     assert!(wl.envelopes.is_empty(), "{:?}", wl.envelopes);

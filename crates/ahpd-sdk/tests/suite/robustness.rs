@@ -31,19 +31,12 @@ async fn a_backend_panic_ends_the_turn_and_the_next_turn_works() {
     let th = start().await;
     let session = "mock:/panics".to_owned();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let (a, mut w) = joined(&th, "a", &["1.0.0"], &[]).await;
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
+    let a = client(&th.url).await;
+    let mut w = open_session(&a, "a", &session, &[&session, &chat]).await;
     let _: Value = a
         .request("createSession", json!({"channel": "mock:/bystander"}))
         .await
         .unwrap();
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
     a.dispatch(chat.clone(), turn_started("p", "panic"))
         .await
         .unwrap();
@@ -120,15 +113,8 @@ async fn client_tools_run_on_their_client_and_fail_when_it_leaves() {
     .await;
     let session = "mock:/tools".to_owned();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let (a, mut w) = joined(&th, "a", &["1.0.0"], &[]).await;
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let a = client(&th.url).await;
+    let mut w = open_session(&a, "a", &session, &[&session, &chat]).await;
     let (x, _wx) = joined(&th, "x", &["1.0.0"], &[]).await;
     let set: StateAction = serde_json::from_value(json!({"type": "session/activeClientSet", "activeClient": {"clientId": "x", "tools": [{"name": "pick"}]}})).unwrap();
     x.dispatch(session.clone(), set).await.unwrap();

@@ -142,27 +142,14 @@ impl Session for MisbehavingSession {
 async fn bad_host() -> (TestHost, ahp::Client, Watch, String, String) {
     capture_warnings();
     let th = start_with(ScriptedAgent::new(), |b| b.agent(Arc::new(Misbehaving))).await;
-    let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("r".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
     // A session of its own per test, so the warnings recorded for its chat are this test's.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let session = format!("bad:/one-{n}");
-    let _: Value = a
-        .request(
-            "createSession",
-            json!({"channel": session, "provider": "bad"}),
-        )
-        .await
-        .unwrap();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let create = json!({"channel": session, "provider": "bad"});
+    let a = client(&th.url).await;
+    let w = open_session_with(&a, "r", create, &[&session, &chat]).await;
     (th, a, w, session, chat)
 }
 

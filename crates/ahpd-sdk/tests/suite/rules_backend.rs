@@ -98,19 +98,9 @@ async fn rule_05_timestamps_are_rfc3339() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_08_the_running_turn_is_only_active_turn() {
     let th = start().await;
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/r8");
     let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("r8".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let session = "mock:/r8".to_owned();
-    let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
-    w.snapshot(&r.snapshot.unwrap());
+    let mut w = open_session(&a, "r8", "mock:/r8", &[&chat]).await;
     a.dispatch(chat.clone(), turn_started("done", "hello"))
         .await
         .unwrap();
@@ -205,21 +195,10 @@ async fn rule_13_tool_results_and_ready_before_complete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_14_the_backends_tool_call_id_is_the_confirmations_id() {
     let th = start().await;
-    let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("r14".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
     let session = "mock:/r14".to_owned();
     let chat = ahpd_sdk::util::default_chat_uri(&session);
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let a = client(&th.url).await;
+    let mut w = open_session(&a, "r14", &session, &[&session, &chat]).await;
     a.dispatch(chat.clone(), turn_started("k", "ask"))
         .await
         .unwrap();

@@ -519,17 +519,7 @@ async fn rule_25_no_1_0_only_actions_reach_a_0_9_connection_live_or_replayed() {
     let session = "mock:/r25";
     let chat = ahpd_sdk::util::default_chat_uri(session);
     let newer = client(&th.url).await;
-    let mut wn = Watch::new(&newer);
-    newer
-        .initialize("new".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let _: Value = newer
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let (r, _) = newer.subscribe(chat.clone()).await.unwrap();
-    wn.snapshot(&r.snapshot.unwrap());
+    let mut wn = open_session(&newer, "new", session, &[&chat]).await;
     let mut old = Raw::connect(&th.url).await;
     let init = old
         .call(
@@ -595,18 +585,9 @@ async fn rule_25_no_1_0_only_actions_reach_a_0_9_connection_live_or_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule_27_mirrors_skip_rejections() {
     let th = start().await;
-    let a = client(&th.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("r27".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
     let session = "mock:/r27".to_owned();
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    let (r, _) = a.subscribe(session.clone()).await.unwrap();
-    w.snapshot(&r.snapshot.unwrap());
+    let a = client(&th.url).await;
+    let mut w = open_session(&a, "r27", &session, &[&session]).await;
     let before = w.mirror.clone();
     // Refused (an empty title), yet it would change the state if a mirror applied it.
     a.dispatch(

@@ -30,18 +30,7 @@ async fn titles_flags_config_and_spelling_survive_a_restart() {
     // First run: create, run a turn (the agent stores the conversation), then choose things.
     let first = start_with(agent.clone(), |b| b.session_store(file_store(&path))).await;
     let a = client(&first.url).await;
-    let mut w = Watch::new(&a);
-    a.initialize("one".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .unwrap();
-    let _: Value = a
-        .request("createSession", json!({"channel": session}))
-        .await
-        .unwrap();
-    for uri in [&session, &chat] {
-        let (r, _) = a.subscribe(uri.clone()).await.unwrap();
-        w.snapshot(&r.snapshot.unwrap());
-    }
+    let mut w = open_session(&a, "one", &session, &[&session, &chat]).await;
     a.dispatch(chat.clone(), turn_started("t1", "hello"))
         .await
         .unwrap();

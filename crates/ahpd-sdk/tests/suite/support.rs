@@ -59,6 +59,30 @@ pub async fn client(url: &str) -> Client {
     .expect("client starts")
 }
 
+/// The opening most tests share: `c` initializes as `id` (1.0.0, no initial subscriptions),
+/// creates `session`, and subscribes to `channels`, whose snapshots seed the returned watch.
+pub async fn open_session(c: &Client, id: &str, session: &str, channels: &[&str]) -> Watch {
+    open_session_with(c, id, serde_json::json!({"channel": session}), channels).await
+}
+
+/// [`open_session`] with the `createSession` params spelled out (a provider, say).
+pub async fn open_session_with(c: &Client, id: &str, create: Value, channels: &[&str]) -> Watch {
+    // Watch before initialize, so not one event the host sends this client is missed.
+    let mut w = Watch::new(c);
+    c.initialize(id.into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let _: Value = c
+        .request("createSession", create)
+        .await
+        .expect("createSession");
+    for uri in channels {
+        let (r, _) = c.subscribe((*uri).to_owned()).await.expect("subscribe");
+        w.snapshot(&r.snapshot.expect("a state-bearing channel"));
+    }
+    w
+}
+
 pub fn message(text: &str) -> Message {
     Message {
         text: text.into(),
