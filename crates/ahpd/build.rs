@@ -8,9 +8,12 @@
 //! it. Names the build does not have are skipped, so a stale list costs memory, never a failure.
 
 use std::env;
+use std::path::Path;
+use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=link/startup.order");
+    println!("cargo:rerun-if-changed=../../Cargo.lock");
     println!("cargo:rerun-if-env-changed=AHPD_LINK_MAP");
     println!("cargo:rerun-if-env-changed=AHPD_NO_STARTUP_ORDER");
     let var = |name: &str| env::var(name).unwrap_or_default();
@@ -23,11 +26,47 @@ fn main() {
     if !release || !default_lld || env::var_os("AHPD_NO_STARTUP_ORDER").is_some() {
         return;
     }
-    let order = format!("{}/link/startup.order", var("CARGO_MANIFEST_DIR"));
+    let dir = var("CARGO_MANIFEST_DIR");
+    let order = format!("{dir}/link/startup.order");
+    if let Some(why) = stale(Path::new(&order), &Path::new(&dir).join("../../Cargo.lock")) {
+        println!(
+            "cargo:warning=link/startup.order {why}: the daemon will idle with more memory \
+             until `python3 crates/ahpd/link/startup_order.py` remakes it"
+        );
+    }
     println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={order}");
     println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     // startup_order.py reads the linker's map to learn where each function went.
     if let Ok(map) = env::var("AHPD_LINK_MAP") {
         println!("cargo:rustc-link-arg-bins=-Wl,-Map={map}");
     }
+}
+
+/// Why the list no longer fits this build, if it does not: its `# made-for:` line holds a hash of
+/// the `Cargo.lock` and compiler it was made with, and symbol names change with either.
+fn stale(order: &Path, lock: &Path) -> Option<String> {
+    let list = std::fs::read_to_string(order).ok()?;
+    let made_for = list
+        .lines()
+        .find_map(|l| l.strip_prefix("# made-for: "))
+        .map(str::trim);
+    let lock = std::fs::read(lock).ok()?;
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let version = Command::new(rustc).arg("-V").output().ok()?.stdout;
+    let now = format!("{:016x}", fnv1a(&[&lock, b"\n", version.trim_ascii()]));
+    match made_for {
+        Some(then) if then == now => None,
+        Some(_) => Some("was made for another Cargo.lock or compiler".to_owned()),
+        None => Some("has no made-for line".to_owned()),
+    }
+}
+
+/// FNV-1a, 64 bits: `startup_order.py` computes the same.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in parts.iter().flat_map(|p| p.iter()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
 }

@@ -174,6 +174,17 @@ def hot_symbols(addresses, sections):
     return [s[2] for s in sorted(hot.values())], sum(s[1] for s in hot.values())
 
 
+def made_for():
+    """What the list fits: a hash of Cargo.lock and the compiler's version (build.rs checks it)."""
+    with open(os.path.join(WORKSPACE, "Cargo.lock"), "rb") as f:
+        data = f.read()
+    version = subprocess.run(["rustc", "-V"], check=True, capture_output=True).stdout.strip()
+    h = 0xCBF29CE484222325
+    for byte in data + b"\n" + version:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
 def main():
     binary = os.path.realpath(os.path.join(target_dir(), "release", "ahpd"))
     names = []
@@ -194,6 +205,7 @@ def main():
     with open(ORDER, "w") as f:
         f.write("# Functions that run while ahpd starts and idles, laid out together by the linker.\n")
         f.write("# Made by link/startup_order.py; see there before editing.\n")
+        f.write(f"# made-for: {made_for()}\n")
         f.write("\n".join(names) + "\n")
     print(f"wrote {len(names)} names to {os.path.relpath(ORDER, WORKSPACE)}")
 
