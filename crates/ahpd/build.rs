@@ -14,6 +14,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=link/startup.order");
     println!("cargo:rerun-if-changed=../../Cargo.lock");
+    println!("cargo:rerun-if-changed=../../Cargo.toml");
     println!("cargo:rerun-if-env-changed=AHPD_LINK_MAP");
     println!("cargo:rerun-if-env-changed=AHPD_NO_STARTUP_ORDER");
     let var = |name: &str| env::var(name).unwrap_or_default();
@@ -28,7 +29,7 @@ fn main() {
     }
     let dir = var("CARGO_MANIFEST_DIR");
     let order = format!("{dir}/link/startup.order");
-    if let Some(why) = stale(Path::new(&order), &Path::new(&dir).join("../../Cargo.lock")) {
+    if let Some(why) = stale(Path::new(&order), &Path::new(&dir).join("../..")) {
         println!(
             "cargo:warning=link/startup.order {why}: the daemon will idle with more memory \
              until `python3 crates/ahpd/link/startup_order.py` remakes it"
@@ -43,22 +44,48 @@ fn main() {
 }
 
 /// Why the list no longer fits this build, if it does not: its `# made-for:` line holds a hash of
-/// the `Cargo.lock` and compiler it was made with, and symbol names change with either.
-fn stale(order: &Path, lock: &Path) -> Option<String> {
+/// what the symbol names depend on (the `Cargo.lock`, the compiler, the release and bench
+/// profiles) as they were when it was made.
+fn stale(order: &Path, workspace: &Path) -> Option<String> {
     let list = std::fs::read_to_string(order).ok()?;
     let made_for = list
         .lines()
         .find_map(|l| l.strip_prefix("# made-for: "))
         .map(str::trim);
-    let lock = std::fs::read(lock).ok()?;
+    let lock = std::fs::read(workspace.join("Cargo.lock")).ok()?;
+    let manifest = std::fs::read_to_string(workspace.join("Cargo.toml")).ok()?;
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let version = Command::new(rustc).arg("-V").output().ok()?.stdout;
-    let now = format!("{:016x}", fnv1a(&[&lock, b"\n", version.trim_ascii()]));
+    let profiles = release_profiles(&manifest);
+    let now = fnv1a(&[
+        &lock,
+        b"\n",
+        version.trim_ascii(),
+        b"\n",
+        profiles.as_bytes(),
+    ]);
     match made_for {
-        Some(then) if then == now => None,
-        Some(_) => Some("was made for another Cargo.lock or compiler".to_owned()),
+        Some(then) if then == format!("{now:016x}") => None,
+        Some(_) => Some("was made for another Cargo.lock, compiler or release profile".to_owned()),
         None => Some("has no made-for line".to_owned()),
     }
+}
+
+/// The `[profile.release]` and `[profile.bench]` tables of the workspace manifest, one trimmed
+/// line each: the builds the list is made from.
+fn release_profiles(manifest: &str) -> String {
+    let mut keep = false;
+    let mut out = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            keep = line.starts_with("[profile.release") || line.starts_with("[profile.bench");
+        }
+        if keep && !line.is_empty() && !line.starts_with('#') {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// FNV-1a, 64 bits: `startup_order.py` computes the same.

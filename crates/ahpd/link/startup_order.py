@@ -174,13 +174,29 @@ def hot_symbols(addresses, sections):
     return [s[2] for s in sorted(hot.values())], sum(s[1] for s in hot.values())
 
 
+def release_profiles(manifest):
+    """The [profile.release] and [profile.bench] tables, one trimmed line each (as build.rs)."""
+    keep = False
+    out = ""
+    for line in manifest.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            keep = line.startswith("[profile.release") or line.startswith("[profile.bench")
+        if keep and line and not line.startswith("#"):
+            out += line + "\n"
+    return out
+
+
 def made_for():
-    """What the list fits: a hash of Cargo.lock and the compiler's version (build.rs checks it)."""
+    """What the list fits: a hash of Cargo.lock, the compiler's version and the release and bench
+    profiles, the things symbol names depend on (build.rs computes the same and compares)."""
     with open(os.path.join(WORKSPACE, "Cargo.lock"), "rb") as f:
-        data = f.read()
+        lock = f.read()
+    with open(os.path.join(WORKSPACE, "Cargo.toml")) as f:
+        profiles = release_profiles(f.read()).encode()
     version = subprocess.run(["rustc", "-V"], check=True, capture_output=True).stdout.strip()
     h = 0xCBF29CE484222325
-    for byte in data + b"\n" + version:
+    for byte in lock + b"\n" + version + b"\n" + profiles:
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
 
