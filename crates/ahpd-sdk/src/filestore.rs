@@ -2,6 +2,7 @@
 //! replaced atomically on every save, so a crash at any moment leaves either the old file or
 //! the new one.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,11 +37,18 @@ struct FileIn {
 /// that cannot be read at all, or that a newer host wrote, is left alone and never written
 /// over in this run. Every save goes to a temporary file in the same folder, is flushed to
 /// disk, then renamed over the store.
+///
+/// Several hosts may share one file (two daemons on one configuration folder). A save holds an
+/// advisory lock on `.<file>.lock` beside it, reads the file again, and keeps the sessions this
+/// store has never seen: they belong to another host. What it writes for its own sessions
+/// replaces theirs, and a session it loaded or saved before and no longer has is gone.
 #[derive(Debug)]
 pub struct FileSessionStore {
     path: PathBuf,
     /// Set when reading failed in a way that makes writing unsafe: the reason.
     blocked: Mutex<Option<String>>,
+    /// The URIs this store loaded or last saved: its own, as against another host's.
+    seen: Mutex<HashSet<String>>,
     temp_counter: AtomicU64,
 }
 
@@ -73,6 +81,7 @@ impl FileSessionStore {
         Ok(Self {
             path,
             blocked: Mutex::new(None),
+            seen: Mutex::new(HashSet::new()),
             temp_counter: AtomicU64::new(0),
         })
     }
@@ -80,6 +89,41 @@ impl FileSessionStore {
     /// The file this store reads and writes.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn remember(&self, records: &[SessionRecord]) {
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = records.iter().map(|r| r.uri.clone()).collect();
+        }
+    }
+
+    /// The sessions in the file now that this store has never seen and is not about to write.
+    fn others_on_disk(
+        &self,
+        records: &[SessionRecord],
+    ) -> Result<Vec<SessionRecord>, SessionStoreError> {
+        let on_disk = match self.read_file() {
+            Ok(sessions) => sessions,
+            // Another host left something that is not a store: it was moved aside; nothing
+            // of it can be kept.
+            Err(SessionStoreError::Corrupt { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let ours: HashSet<&str> = records.iter().map(|r| r.uri.as_str()).collect();
+        Ok(on_disk
+            .into_iter()
+            .filter(|r| !seen.contains(&r.uri) && !ours.contains(r.uri.as_str()))
+            .collect())
+    }
+
+    fn lock_file(&self) -> std::io::Result<fs::File> {
+        let mut name = std::ffi::OsString::from(".");
+        name.push(self.path.file_name().unwrap_or_default());
+        name.push(".lock");
+        let file = open_private(&self.path.with_file_name(name))?;
+        file.lock()?;
+        Ok(file)
     }
 
     fn block(&self, reason: String) {
@@ -120,6 +164,35 @@ impl FileSessionStore {
 
 impl SessionStore for FileSessionStore {
     fn load(&self) -> Result<Vec<SessionRecord>, SessionStoreError> {
+        let sessions = self.read_file()?;
+        self.remember(&sessions);
+        Ok(sessions)
+    }
+
+    fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
+        if let Some(reason) = self.blocked.lock().ok().and_then(|b| b.clone()) {
+            return Err(SessionStoreError::Refused {
+                path: self.path.clone(),
+                reason,
+            });
+        }
+        let _lock = self
+            .lock_file()
+            .map_err(|source| SessionStoreError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        let others = self.others_on_disk(records)?;
+        let mut all = records.to_vec();
+        all.extend(others);
+        self.write_file(&all)?;
+        self.remember(records);
+        Ok(())
+    }
+}
+
+impl FileSessionStore {
+    fn read_file(&self) -> Result<Vec<SessionRecord>, SessionStoreError> {
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -154,13 +227,7 @@ impl SessionStore for FileSessionStore {
         Ok(file.sessions)
     }
 
-    fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
-        if let Some(reason) = self.blocked.lock().ok().and_then(|b| b.clone()) {
-            return Err(SessionStoreError::Refused {
-                path: self.path.clone(),
-                reason,
-            });
-        }
+    fn write_file(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
         let text = serde_json::to_vec_pretty(&FileOut {
             version: VERSION,
             sessions: records,
@@ -220,6 +287,27 @@ fn private_file(path: &Path) -> std::io::Result<fs::File> {
         .open(path)
 }
 
+/// Opens a file, creating it readable only by its owner when it is missing.
+#[cfg(unix)]
+fn open_private(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_private(path: &Path) -> std::io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 #[cfg(unix)]
 fn create_private_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
@@ -267,12 +355,58 @@ mod tests {
             let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600);
         }
-        // No temporary file is left behind.
-        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+        // No temporary file is left behind; the lock file stays, as private as the store.
+        let mut names: Vec<_> = fs::read_dir(path.parent().unwrap())
             .unwrap()
-            .map(|e| e.unwrap().file_name())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("sessions.json")]);
+        names.sort();
+        assert_eq!(names, [".sessions.json.lock", "sessions.json"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let lock = path.with_file_name(".sessions.json.lock");
+            let mode = fs::metadata(lock).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+    }
+
+    fn uris_in(path: &Path) -> Vec<String> {
+        let mut uris: Vec<String> = FileSessionStore::open(path)
+            .unwrap()
+            .load()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.uri)
+            .collect();
+        uris.sort();
+        uris
+    }
+
+    #[test]
+    fn two_hosts_on_one_file_keep_each_others_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json");
+        let a = FileSessionStore::open(&path).unwrap();
+        let b = FileSessionStore::open(&path).unwrap();
+        assert!(a.load().unwrap().is_empty());
+        assert!(b.load().unwrap().is_empty());
+        a.save(&[record("mock:/a1")]).unwrap();
+        b.save(&[record("mock:/b1")]).unwrap();
+        assert_eq!(uris_in(&path), ["mock:/a1", "mock:/b1"]);
+        // A host's change to its own session replaces the record; the other's stays.
+        let mut renamed = record("mock:/a1");
+        renamed.title = Some("Renamed".into());
+        a.save(&[renamed.clone()]).unwrap();
+        // A host that drops its own session removes that one only.
+        b.save(&[]).unwrap();
+        let left = FileSessionStore::open(&path).unwrap().load().unwrap();
+        assert_eq!(left, vec![renamed]);
+        // A session a host loaded and then dropped (pruned at start) is removed too.
+        let c = FileSessionStore::open(&path).unwrap();
+        assert_eq!(c.load().unwrap().len(), 1);
+        c.save(&[]).unwrap();
+        assert!(uris_in(&path).is_empty());
     }
 
     #[test]
