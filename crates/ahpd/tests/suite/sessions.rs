@@ -266,3 +266,77 @@ fn titles_and_flags_survive_a_restart_in_sessions_json() {
     });
     assert_eq!(daemon.stop(), 0);
 }
+
+/// Sets a client-chosen title and waits for the host to say it back.
+async fn rename(client: &Client, uri: &str, title: &str) {
+    let _: Value = client
+        .request("subscribe", json!({"channel": uri}))
+        .await
+        .unwrap();
+    let mut sub = client.attach_subscription(uri).await;
+    client
+        .notify(
+            "dispatchAction",
+            json!({
+                "channel": uri,
+                "clientSeq": 2,
+                "action": {"type": "session/titleChanged", "title": title},
+            }),
+        )
+        .await
+        .unwrap();
+    loop {
+        if let Some(SubscriptionEvent::Action(env)) = sub.recv().await
+            && serde_json::to_value(&env.action).unwrap()["type"] == "session/titleChanged"
+        {
+            return;
+        }
+    }
+}
+
+#[test]
+fn two_daemons_on_one_folder_keep_each_others_titles() {
+    let env = Env::new();
+    let args = ["--plugin", ECHO, "--port", "0"];
+    let first = env.daemon(&args, "first.log");
+    let second = env.daemon(&args, "second.log");
+    let rt = rt();
+    let mut named = Vec::new();
+    for (daemon, title) in [
+        (&first, "kept by the first"),
+        (&second, "kept by the second"),
+    ] {
+        let uri = rt.block_on(async {
+            let (client, _) = client(&daemon.address).await;
+            let (uri, chat) = open_session(&client).await;
+            run_turn(&client, &chat, "t1", "the agent's own title").await;
+            rename(&client, &uri, title).await;
+            uri
+        });
+        named.push((uri, title));
+    }
+    // Each stop writes sessions.json; the second must not drop what the first wrote.
+    assert_eq!(first.stop(), 0);
+    assert_eq!(second.stop(), 0);
+    let third = env.daemon(&args, "third.log");
+    rt.block_on(async {
+        let (client, _) = client(&third.address).await;
+        let list: Value = client
+            .request(
+                "listSessions",
+                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
+            )
+            .await
+            .unwrap();
+        for (uri, title) in &named {
+            let row = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["resource"] == uri.as_str())
+                .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
+            assert_eq!(row["title"], *title, "{list}");
+        }
+    });
+    assert_eq!(third.stop(), 0);
+}
