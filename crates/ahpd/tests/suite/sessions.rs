@@ -55,6 +55,24 @@ async fn run_turn(client: &Client, chat: &str, turn: &str, prompt: &str) -> Stri
     }
 }
 
+/// The title `listSessions` shows for the session `uri`, which must be listed.
+async fn listed_title(client: &Client, uri: &str) -> Value {
+    let list: Value = client
+        .request(
+            "listSessions",
+            json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
+        )
+        .await
+        .unwrap();
+    let row = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == uri)
+        .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
+    row["title"].clone()
+}
+
 #[test]
 fn a_conversation_is_listed_and_opened_after_a_restart() {
     let env = Env::new();
@@ -72,20 +90,7 @@ fn a_conversation_is_listed_and_opened_after_a_restart() {
     let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "restart.log");
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
-        let list: Value = client
-            .request(
-                "listSessions",
-                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
-            )
-            .await
-            .unwrap();
-        let row = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["resource"] == uri.as_str())
-            .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
-        assert_eq!(row["title"], "first words");
+        assert_eq!(listed_title(&client, &uri).await, "first words");
         let chat = ahpd_sdk::util::default_chat_uri(&uri);
         let _: Value = client
             .request("subscribe", json!({"channel": uri}))
@@ -321,21 +326,8 @@ fn two_daemons_on_one_folder_keep_each_others_titles() {
     let third = env.daemon(&args, "third.log");
     rt.block_on(async {
         let (client, _) = client(&third.address).await;
-        let list: Value = client
-            .request(
-                "listSessions",
-                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
-            )
-            .await
-            .unwrap();
         for (uri, title) in &named {
-            let row = list["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["resource"] == uri.as_str())
-                .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
-            assert_eq!(row["title"], *title, "{list}");
+            assert_eq!(listed_title(&client, uri).await, *title);
         }
     });
     assert_eq!(third.stop(), 0);
