@@ -55,8 +55,8 @@ async fn run_turn(client: &Client, chat: &str, turn: &str, prompt: &str) -> Stri
     }
 }
 
-/// The title `listSessions` shows for the session `uri`, which must be listed.
-async fn listed_title(client: &Client, uri: &str) -> Value {
+/// The row `listSessions` shows for the session `uri`, which must be listed.
+async fn listed_row(client: &Client, uri: &str) -> Value {
     let list: Value = client
         .request(
             "listSessions",
@@ -64,13 +64,13 @@ async fn listed_title(client: &Client, uri: &str) -> Value {
         )
         .await
         .unwrap();
-    let row = list["items"]
+    list["items"]
         .as_array()
         .unwrap()
         .iter()
         .find(|r| r["resource"] == uri)
-        .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
-    row["title"].clone()
+        .unwrap_or_else(|| panic!("{uri} not listed in {list}"))
+        .clone()
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn a_conversation_is_listed_and_opened_after_a_restart() {
     let daemon = env.daemon(&["--plugin", ECHO, "--port", "0"], "restart.log");
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
-        assert_eq!(listed_title(&client, &uri).await, "first words");
+        assert_eq!(listed_row(&client, &uri).await["title"], "first words");
         let chat = ahpd_sdk::util::default_chat_uri(&uri);
         let _: Value = client
             .request("subscribe", json!({"channel": uri}))
@@ -235,19 +235,7 @@ fn titles_and_flags_survive_a_restart_in_sessions_json() {
     });
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
-        let list: Value = client
-            .request(
-                "listSessions",
-                json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
-            )
-            .await
-            .unwrap();
-        let row = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["resource"] == uri.as_str())
-            .unwrap_or_else(|| panic!("{uri} not listed in {list}"));
+        let row = listed_row(&client, &uri).await;
         assert_eq!(row["title"], "Renamed by hand");
         let status = row["status"].as_u64().unwrap();
         assert_eq!(status & 64, 64, "archived: {row}");
@@ -327,7 +315,7 @@ fn two_daemons_on_one_folder_keep_each_others_titles() {
     rt.block_on(async {
         let (client, _) = client(&third.address).await;
         for (uri, title) in &named {
-            assert_eq!(listed_title(&client, uri).await, *title);
+            assert_eq!(listed_row(&client, uri).await["title"], *title);
         }
     });
     assert_eq!(third.stop(), 0);
