@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::UsageInfo;
-use cofold_agents::event::{DeltaKind, Event, EventBody, OutcomeKind};
+use cofold_agents::event::{ApprovalDecision, DeltaKind, Event, EventBody, OutcomeKind};
 use cofold_agents::message::{Message, Part};
 use cofold_agents::model::Usage;
 use serde_json::{Value, json};
@@ -515,16 +515,19 @@ impl TurnMapper {
         self.in_model
     }
 
-    /// Marks a call as approved by the host (it is already `running` there).
-    pub(crate) fn mark_approved(&mut self, call_id: &str) {
-        if let Some(call) = self.calls.get_mut(call_id) {
-            call.approved = true;
+    /// Takes a person's answer about a call: an approved one is marked (the host already shows
+    /// it `running`), a declined one forgotten (the host already cancelled it).
+    pub(crate) fn settle(&mut self, call_id: &str, decision: &ApprovalDecision) {
+        match decision {
+            ApprovalDecision::Approve => {
+                if let Some(call) = self.calls.get_mut(call_id) {
+                    call.approved = true;
+                }
+            }
+            ApprovalDecision::Deny => {
+                self.calls.remove(call_id);
+            }
         }
-    }
-
-    /// Forgets a call the person declined (the host already cancelled it).
-    pub(crate) fn forget_call(&mut self, call_id: &str) {
-        self.calls.remove(call_id);
     }
 
     /// The title of a proposed call.

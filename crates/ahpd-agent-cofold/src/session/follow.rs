@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::ChatInputResponseKind;
 use ahpd_sdk::agent::{ApprovalOutcome, ApprovalRequest};
-use cofold_agents::event::{ApprovalDecision, Command, EventBody};
+use cofold_agents::event::{Command, EventBody};
 use cofold_agents::run::RunHandle;
 use futures::StreamExt;
 
@@ -67,10 +67,7 @@ impl Core {
                     ..
                 } => {
                     if let Some(call_id) = requests.remove(request_id) {
-                        match decision {
-                            ApprovalDecision::Approve => mapper.mark_approved(&call_id),
-                            ApprovalDecision::Deny => mapper.forget_call(&call_id),
-                        }
+                        mapper.settle(&call_id, decision);
                     }
                 }
                 EventBody::RunSteered { .. } => {

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use ahp_types::actions::{ChatTurnStartedAction, StateAction};
 use ahp_types::state::{Message, MessageKind, MessageOrigin, ModelSelection};
 use ahpd_sdk::TurnRequest;
-use cofold_agents::event::{ApprovalDecision, Command, Event, EventBody};
+use cofold_agents::event::{Command, Event, EventBody};
 use cofold_agents::run::{ResumeOptions, resume};
 use cofold_agents::store::{RunRef, RunStatus, Store};
 
@@ -168,10 +168,7 @@ impl Core {
                     ..
                 } => {
                     if let Some(call_id) = requests.remove(request_id) {
-                        match decision {
-                            ApprovalDecision::Approve => mapper.mark_approved(&call_id),
-                            ApprovalDecision::Deny => mapper.forget_call(&call_id),
-                        }
+                        mapper.settle(&call_id, decision);
                     }
                 }
                 _ => {}

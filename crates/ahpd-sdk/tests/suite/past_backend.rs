@@ -24,20 +24,29 @@ fn permission_mode(w: &Watch, session: &str) -> Value {
         .clone()
 }
 
+/// A client of `th`, initialized, following `channel` from its snapshot (returned too).
+async fn following(
+    th: &TestHost,
+    channel: &str,
+) -> (ahp::Client, Watch, ahp_types::state::Snapshot) {
+    let a = client(&th.url).await;
+    a.initialize("past".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .expect("initialize");
+    let mut w = Watch::new(&a);
+    let (r, _) = a.subscribe(channel.to_owned()).await.expect("subscribe");
+    let snap = r.snapshot.expect("a snapshot");
+    w.snapshot(&snap);
+    (a, w, snap)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_change_opens_a_past_sessions_backend_and_configures_it() {
     let agent = ScriptedAgent::new().with_history("past", 2);
     let th = start_with(agent.clone(), |b| b).await;
-    let a = client(&th.url).await;
-    a.initialize("cfg".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .expect("initialize");
-    let mut w = Watch::new(&a);
     let session = "mock:/past".to_owned();
-    let (r, _) = a.subscribe(session.clone()).await.expect("subscribe");
-    let snap = r.snapshot.expect("a session snapshot");
+    let (a, mut w, snap) = following(&th, &session).await;
     assert!(matches!(snap.state, SnapshotState::Session(_)));
-    w.snapshot(&snap);
     assert!(agent.opens().is_empty(), "subscribing opens no backend");
 
     a.dispatch(session.clone(), change(json!({"permissionMode": "plan"})))
@@ -79,14 +88,8 @@ async fn a_config_change_is_refused_when_the_past_backend_cannot_open() {
         .with_history("past", 1)
         .failing_resume();
     let th = start_with(agent.clone(), |b| b).await;
-    let a = client(&th.url).await;
-    a.initialize("cfg-fail".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .expect("initialize");
-    let mut w = Watch::new(&a);
     let session = "mock:/past".to_owned();
-    let (r, _) = a.subscribe(session.clone()).await.expect("subscribe");
-    w.snapshot(&r.snapshot.expect("a session snapshot"));
+    let (a, mut w, _) = following(&th, &session).await;
 
     a.dispatch(session.clone(), change(json!({"permissionMode": "plan"})))
         .await
@@ -108,14 +111,8 @@ async fn a_config_change_is_refused_when_the_past_backend_cannot_open() {
 async fn a_rewind_opens_a_past_chats_backend_and_asks_it() {
     let agent = ScriptedAgent::new().with_history("past", 2);
     let th = start_with(agent.clone(), |b| b).await;
-    let a = client(&th.url).await;
-    a.initialize("rewind".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .expect("initialize");
-    let mut w = Watch::new(&a);
     let chat = ahpd_sdk::util::default_chat_uri("mock:/past");
-    let (r, _) = a.subscribe(chat.clone()).await.expect("subscribe");
-    w.snapshot(&r.snapshot.expect("a chat snapshot"));
+    let (a, mut w, _) = following(&th, &chat).await;
 
     let rewind: StateAction =
         serde_json::from_value(json!({"type": "chat/truncated", "turnId": "old-0"}))
@@ -140,14 +137,8 @@ async fn a_turn_id_from_an_unloaded_page_is_refused() {
         b.turns_page(20)
     })
     .await;
-    let a = client(&th.url).await;
-    a.initialize("ids".into(), vec!["1.0.0".into()], vec![])
-        .await
-        .expect("initialize");
-    let mut w = Watch::new(&a);
     let chat = ahpd_sdk::util::default_chat_uri("mock:/old");
-    let (r, _) = a.subscribe(chat.clone()).await.expect("subscribe");
-    w.snapshot(&r.snapshot.expect("a chat snapshot"));
+    let (a, mut w, _) = following(&th, &chat).await;
     // `old-0` is on the oldest page, which the window does not hold.
     a.dispatch(chat.clone(), turn_started("old-0", "again"))
         .await
