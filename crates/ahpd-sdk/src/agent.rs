@@ -235,11 +235,20 @@ pub trait Agent: Send + Sync + 'static {
     fn descriptor(&self) -> AgentDescriptor;
 
     /// The session configuration schema, one schema before and after creation. Every property
-    /// needs `type` and `title`.
-    fn config_schema(&self, working_directory: Option<&Path>) -> SessionConfigSchema;
+    /// needs `type` and `title`. By default the agent has no settings: an object schema with no
+    /// properties.
+    fn config_schema(&self, _working_directory: Option<&Path>) -> SessionConfigSchema {
+        SessionConfigSchema {
+            r#type: "object".into(),
+            properties: Default::default(),
+            required: None,
+        }
+    }
 
-    /// Default values: only what is configured.
-    fn config_defaults(&self, working_directory: Option<&Path>) -> JsonObject;
+    /// Default values: only what is configured (nothing, by default).
+    fn config_defaults(&self, _working_directory: Option<&Path>) -> JsonObject {
+        JsonObject::new()
+    }
 
     /// A pure check of values a client chose. Accepts everything unless overridden.
     fn validate_config(&self, _values: &JsonObject) -> Result<(), Refusal> {

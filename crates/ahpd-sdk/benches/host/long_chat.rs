@@ -6,12 +6,11 @@
 //! turns); a host whose per-turn work is independent of the chat's length gives a ratio
 //! near 1.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ahp_types::actions::*;
-use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::*;
 use ahpd_sdk::agent::*;
 use ahpd_sdk::host::HostBuilder;
@@ -29,16 +28,6 @@ struct AnswererSession(SessionContext);
 impl Agent for Answerer {
     fn descriptor(&self) -> AgentDescriptor {
         AgentDescriptor::new("long", "Long chat")
-    }
-    fn config_schema(&self, _: Option<&Path>) -> SessionConfigSchema {
-        SessionConfigSchema {
-            r#type: "object".into(),
-            properties: Default::default(),
-            required: None,
-        }
-    }
-    fn config_defaults(&self, _: Option<&Path>) -> JsonObject {
-        JsonObject::new()
     }
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         Ok(Box::new(AnswererSession(start.ctx)))

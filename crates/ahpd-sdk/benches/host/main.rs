@@ -17,13 +17,11 @@
 //! runs only that case.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ahp::{Transport, TransportMessage};
 use ahp_types::actions::*;
-use ahp_types::common::JsonObject;
 use ahp_types::state::*;
 use ahp_ws::WebSocketTransport;
 use ahpd_sdk::agent::*;
@@ -48,16 +46,6 @@ struct ProbeSession(Slot, SessionContext);
 impl Agent for Probe {
     fn descriptor(&self) -> AgentDescriptor {
         AgentDescriptor::new("bench", "Bench")
-    }
-    fn config_schema(&self, _: Option<&Path>) -> SessionConfigSchema {
-        SessionConfigSchema {
-            r#type: "object".into(),
-            properties: Default::default(),
-            required: None,
-        }
-    }
-    fn config_defaults(&self, _: Option<&Path>) -> JsonObject {
-        JsonObject::new()
     }
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         Ok(Box::new(ProbeSession(self.0.clone(), start.ctx)))

@@ -3,15 +3,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use ahp::Client;
 use ahp_types::actions::*;
 use ahp_types::commands::{CompletionItem, CompletionItemKind};
-use ahp_types::common::JsonObject;
-use ahp_types::state::*;
 use ahpd_sdk::agent::*;
 use ahpd_sdk::testing::ScriptedAgent;
 use async_trait::async_trait;
@@ -52,16 +49,6 @@ impl Agent for Puppet {
         let mut d = AgentDescriptor::new("pup", "Puppet");
         d.completions = !self.completions.is_empty();
         d
-    }
-    fn config_schema(&self, _: Option<&Path>) -> SessionConfigSchema {
-        SessionConfigSchema {
-            r#type: "object".into(),
-            properties: HashMap::new(),
-            required: None,
-        }
-    }
-    fn config_defaults(&self, _: Option<&Path>) -> JsonObject {
-        JsonObject::new()
     }
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         Ok(Box::new(PuppetSession {

@@ -1,10 +1,9 @@
 //! §11.6: the rules that fail silently, each driven into the failure.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use ahp_types::actions::*;
-use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::*;
 use ahpd_sdk::agent::*;
 use ahpd_sdk::testing::ScriptedAgent;
@@ -22,16 +21,6 @@ struct MisbehavingSession(SessionContext);
 impl Agent for Misbehaving {
     fn descriptor(&self) -> AgentDescriptor {
         AgentDescriptor::new("bad", "Bad")
-    }
-    fn config_schema(&self, _: Option<&Path>) -> SessionConfigSchema {
-        SessionConfigSchema {
-            r#type: "object".into(),
-            properties: Default::default(),
-            required: None,
-        }
-    }
-    fn config_defaults(&self, _: Option<&Path>) -> JsonObject {
-        JsonObject::new()
     }
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         Ok(Box::new(MisbehavingSession(start.ctx)))

@@ -16,7 +16,7 @@ use ahp_types::actions::{
     ChatDeltaAction, ChatResponsePartAction, ChatTurnCompleteAction, StateAction,
 };
 use ahp_types::common::JsonObject;
-use ahp_types::state::{MarkdownResponsePart, ResponsePart, SessionConfigSchema, Turn, TurnState};
+use ahp_types::state::{MarkdownResponsePart, ResponsePart, Turn, TurnState};
 use ahpd_sdk::plugin::{
     AgentRecord, Engine, Plugin, PluginError, Readiness, Registrar, SecretReader,
 };
@@ -221,18 +221,6 @@ fn read_conversation(store: &Path, id: &str) -> Option<Conversation> {
 impl Agent for EchoAgent {
     fn descriptor(&self) -> AgentDescriptor {
         self.descriptor.clone()
-    }
-
-    fn config_schema(&self, _dir: Option<&Path>) -> SessionConfigSchema {
-        SessionConfigSchema {
-            r#type: "object".into(),
-            properties: HashMap::new(),
-            required: None,
-        }
-    }
-
-    fn config_defaults(&self, _dir: Option<&Path>) -> JsonObject {
-        JsonObject::new()
     }
 
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
