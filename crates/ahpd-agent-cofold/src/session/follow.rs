@@ -183,14 +183,16 @@ impl Core {
         let EventBody::RunStarted { input } = &event.body else {
             return;
         };
-        let earlier = self
+        // Counted in runs, not messages: by the time this event is read the run may have
+        // stored its answer too, and a message count then missed the first turn.
+        let runs = self
             .agent
             .store
-            .list_messages(&self.backend_id, Some(2))
+            .list_runs(&self.backend_id, None)
             .await
-            .map(|m| m.len())
+            .map(|r| r.len())
             .unwrap_or(0);
-        if earlier <= 1 {
+        if runs <= 1 {
             let text = cofold_agents::message::text_of(input);
             let title = ahpd_sdk::util::title_from(&text);
             if !title.is_empty() {
