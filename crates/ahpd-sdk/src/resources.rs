@@ -114,10 +114,7 @@ impl FileResources {
             return Judged::Private;
         }
         let live = self.live.as_ref().map(|l| l.roots()).unwrap_or_default();
-        let inside = self
-            .roots
-            .iter()
-            .any(|r| real.starts_with(r))
+        let inside = self.roots.iter().any(|r| real.starts_with(r))
             || live.iter().any(|r| real.starts_with(resolved(r)));
         match (inside, exists) {
             (false, _) => Judged::Outside,
@@ -157,7 +154,9 @@ fn denied(uri: &str) -> RpcError {
 fn private(uri: &str) -> RpcError {
     RpcError::new(
         codes::PERMISSION_DENIED,
-        format!("{uri} is not served: it is in a folder this host keeps private (credentials or the host's own files)"),
+        format!(
+            "{uri} is not served: it is in a folder this host keeps private (credentials or the host's own files)"
+        ),
     )
 }
 
@@ -462,20 +461,46 @@ mod tests {
         std::fs::write(h.join("notes.txt"), "fine").unwrap();
         std::os::unix::fs::symlink(h.join(".ssh/id"), h.join("id-link")).unwrap();
         std::os::unix::fs::symlink(h.join(".ssh"), h.join("dir-link")).unwrap();
-        let res = FileResources::new([h.to_path_buf()])
-            .with_denied([h.join(".ssh"), h.join(".aws")]);
-        assert_eq!(res.read(&file_uri(&h.join("notes.txt")), None).await.unwrap().data, "fine");
-        for p in [h.join(".ssh/id"), h.join("id-link"), h.join("dir-link/id"), h.join(".ssh")] {
+        let res =
+            FileResources::new([h.to_path_buf()]).with_denied([h.join(".ssh"), h.join(".aws")]);
+        assert_eq!(
+            res.read(&file_uri(&h.join("notes.txt")), None)
+                .await
+                .unwrap()
+                .data,
+            "fine"
+        );
+        for p in [
+            h.join(".ssh/id"),
+            h.join("id-link"),
+            h.join("dir-link/id"),
+            h.join(".ssh"),
+        ] {
             let e = res.read(&file_uri(&p), None).await.unwrap_err();
             assert_eq!(e.code, codes::PERMISSION_DENIED, "{}", p.display());
             assert!(e.message.contains("private"), "{}", e.message);
         }
-        assert_eq!(res.list(&file_uri(&h.join("dir-link"))).await.unwrap_err().code, codes::PERMISSION_DENIED);
-        assert_eq!(res.resolve(&file_uri(&h.join("id-link")), false).await.unwrap_err().code, codes::PERMISSION_DENIED);
+        assert_eq!(
+            res.list(&file_uri(&h.join("dir-link")))
+                .await
+                .unwrap_err()
+                .code,
+            codes::PERMISSION_DENIED
+        );
+        assert_eq!(
+            res.resolve(&file_uri(&h.join("id-link")), false)
+                .await
+                .unwrap_err()
+                .code,
+            codes::PERMISSION_DENIED
+        );
         // A denied folder made after the start is denied too.
         std::fs::create_dir(h.join(".aws")).unwrap();
         std::fs::write(h.join(".aws/credentials"), "k").unwrap();
-        let e = res.read(&file_uri(&h.join(".aws/credentials")), None).await.unwrap_err();
+        let e = res
+            .read(&file_uri(&h.join(".aws/credentials")), None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code, codes::PERMISSION_DENIED);
     }
 
@@ -489,7 +514,11 @@ mod tests {
         let e = res.read(&file_uri(&big), None).await.unwrap_err();
         assert_eq!(e.code, codes::INVALID_PARAMS);
         assert!(e.message.contains("1 KiB"), "{}", e.message);
-        assert!(res.read(&file_uri(&root.path().join("small.txt")), None).await.is_ok());
+        assert!(
+            res.read(&file_uri(&root.path().join("small.txt")), None)
+                .await
+                .is_ok()
+        );
         let fifo = root.path().join("fifo");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         if made.is_ok_and(|s| s.success()) {
@@ -505,7 +534,10 @@ mod tests {
         std::fs::write(session.path().join("a.txt"), "a").unwrap();
         let uri = file_uri(&session.path().join("a.txt"));
         let alone = FileResources::new([served.path().to_path_buf()]);
-        assert_eq!(alone.read(&uri, None).await.unwrap_err().code, codes::PERMISSION_DENIED);
+        assert_eq!(
+            alone.read(&uri, None).await.unwrap_err().code,
+            codes::PERMISSION_DENIED
+        );
         let with = alone.with_live_roots(Arc::new(Fixed(vec![session.path().to_path_buf()])));
         assert_eq!(with.read(&uri, None).await.unwrap().data, "a");
     }

@@ -462,14 +462,29 @@ mod tests {
 
     #[test]
     fn origins_and_tokens() {
-        assert_eq!(normalise_origin("HTTPS://VSCode.dev/"), "https://vscode.dev");
-        assert_eq!(normalise_origin("https://vscode.dev:443"), "https://vscode.dev");
-        assert_eq!(normalise_origin("http://localhost:3000"), "http://localhost:3000");
+        assert_eq!(
+            normalise_origin("HTTPS://VSCode.dev/"),
+            "https://vscode.dev"
+        );
+        assert_eq!(
+            normalise_origin("https://vscode.dev:443"),
+            "https://vscode.dev"
+        );
+        assert_eq!(
+            normalise_origin("http://localhost:3000"),
+            "http://localhost:3000"
+        );
         assert_eq!(normalise_origin("null"), "null");
         let mut h = HeaderMap::new();
-        h.insert("authorization", "bEaReR  s3cret ".parse().unwrap_or_else(|_| unreachable!()));
+        h.insert(
+            "authorization",
+            "bEaReR  s3cret ".parse().unwrap_or_else(|_| unreachable!()),
+        );
         assert_eq!(bearer_token(&h).as_deref(), Some("s3cret"));
-        h.insert("authorization", "Basic s3cret".parse().unwrap_or_else(|_| unreachable!()));
+        h.insert(
+            "authorization",
+            "Basic s3cret".parse().unwrap_or_else(|_| unreachable!()),
+        );
         assert_eq!(bearer_token(&h), None);
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));

@@ -105,14 +105,20 @@ fn junk() -> impl Strategy<Value = Junk> {
     prop_oneof![
         (prop::collection::vec(any::<u8>(), 0..512), any::<bool>())
             .prop_filter("not a JSON object", |(b, _)| {
-                serde_json::from_slice::<Map<String, Value>>(&String::from_utf8_lossy(b).into_owned().into_bytes()).is_err()
+                serde_json::from_slice::<Map<String, Value>>(
+                    &String::from_utf8_lossy(b).into_owned().into_bytes(),
+                )
+                .is_err()
             })
             .prop_map(|(bytes, binary)| Junk::Bytes { bytes, binary }),
         json_value()
             .prop_filter("not an object", |v| !v.is_object())
             .prop_map(Junk::NotAnObject),
-        (method, scalar(), stray_fields())
-            .prop_map(|(method, params, extra)| Junk::BadParams { method, params, extra }),
+        (method, scalar(), stray_fields()).prop_map(|(method, params, extra)| Junk::BadParams {
+            method,
+            params,
+            extra
+        }),
         json_value()
             .prop_filter("not a string", |v| !v.is_string() && !v.is_null())
             .prop_map(Junk::MethodNotAString),
@@ -127,7 +133,10 @@ fn message_of(junk: &Junk, id: u64) -> Message {
         Message::text(Value::Object(m).to_string())
     };
     match junk {
-        Junk::Bytes { bytes, binary: true } => Message::binary(bytes.clone()),
+        Junk::Bytes {
+            bytes,
+            binary: true,
+        } => Message::binary(bytes.clone()),
         Junk::Bytes { bytes, .. } => Message::text(String::from_utf8_lossy(bytes).into_owned()),
         Junk::NotAnObject(v) => Message::text(v.to_string()),
         Junk::BadParams {
@@ -165,10 +174,14 @@ async fn next_json(ws: &mut Ws) -> Value {
 /// error answer comes for each before its ping's answer, and the last ping proves the
 /// connection is still served.
 async fn feed(url: &str, frames: &[Junk]) {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connects");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("connects");
     let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
         "params": {"protocolVersions": ["1.0.0"], "clientId": "fuzz"}});
-    ws.send(Message::text(init.to_string())).await.expect("sends");
+    ws.send(Message::text(init.to_string()))
+        .await
+        .expect("sends");
     loop {
         if next_json(&mut ws).await["id"] == "init" {
             break;
@@ -192,12 +205,23 @@ async fn feed(url: &str, frames: &[Junk]) {
                 pinged = true;
             } else if v.get("error").is_some() {
                 let code = v["error"]["code"].as_i64().expect("a numeric code");
-                assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+                assert!(
+                    v["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| !m.is_empty()),
+                    "{v}"
+                );
                 assert!((-32768..=-32000).contains(&code), "{v}");
-                assert!(v["id"].is_null() || v["id"] == json!(id), "{junk:?} got {v}");
+                assert!(
+                    v["id"].is_null() || v["id"] == json!(id),
+                    "{junk:?} got {v}"
+                );
                 errors += 1;
             } else {
-                assert!(v.get("id").is_none(), "{junk:?} answered without an error: {v}");
+                assert!(
+                    v.get("id").is_none(),
+                    "{junk:?} answered without an error: {v}"
+                );
             }
         }
         assert_eq!(errors, 1, "{junk:?}");
@@ -233,12 +257,17 @@ fn any_junk_frame_gets_one_error_and_the_connection_stays() {
 }
 
 async fn close_code_after(url: &str, size: usize) -> Option<CloseCode> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("connects");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("connects");
     ws.send(Message::text(format!("{{\"x\":\"{}\"}}", "y".repeat(size))))
         .await
         .expect("sends");
     loop {
-        match tokio::time::timeout(PATIENCE, ws.next()).await.expect("the host answers") {
+        match tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("the host answers")
+        {
             Some(Ok(Message::Close(frame))) => return frame.map(|f| f.code),
             Some(Ok(_)) => continue,
             Some(Err(e)) => panic!("the connection failed before its close frame: {e}"),
@@ -249,11 +278,18 @@ async fn close_code_after(url: &str, size: usize) -> Option<CloseCode> {
 
 #[tokio::test]
 async fn a_message_over_the_limit_closes_with_1009_however_large() {
-    let host = HostBuilder::new().max_frame_bytes(1024).build().expect("host builds");
+    let host = HostBuilder::new()
+        .max_frame_bytes(1024)
+        .build()
+        .expect("host builds");
     let server = host.serve_ws(WsConfig::loopback(0)).await.expect("listens");
     let url = format!("ws://{}", server.local_addr());
     // Just over the limit, and over twice it (which the socket itself refuses).
     for size in [1100, 5000] {
-        assert_eq!(close_code_after(&url, size).await, Some(CloseCode::Size), "{size} bytes");
+        assert_eq!(
+            close_code_after(&url, size).await,
+            Some(CloseCode::Size),
+            "{size} bytes"
+        );
     }
 }
