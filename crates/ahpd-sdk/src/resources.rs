@@ -173,9 +173,9 @@ fn too_large(uri: &str, size: u64, max: u64) -> RpcError {
 /// `8 MiB`, `512 KiB` or `100 bytes`.
 fn human(n: u64) -> String {
     const MIB: u64 = 1024 * 1024;
-    if n >= MIB && n % MIB == 0 {
+    if n >= MIB && n.is_multiple_of(MIB) {
         format!("{} MiB", n / MIB)
-    } else if n >= 1024 && n % 1024 == 0 {
+    } else if n >= 1024 && n.is_multiple_of(1024) {
         format!("{} KiB", n / 1024)
     } else {
         format!("{n} bytes")
