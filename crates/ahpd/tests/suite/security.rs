@@ -222,6 +222,7 @@ fn resource_read_serves_the_home_folder_but_not_its_secrets() {
         .env("XDG_CONFIG_HOME", &config)
         .args(["vault", "set", "host:k"])
         .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     put.stdin.take().unwrap().write_all(b"VAULT-VALUE").unwrap();
@@ -327,6 +328,44 @@ fn a_live_sessions_folder_is_served_until_the_session_goes() {
             .await
             .unwrap();
         assert_eq!(read(&client, &file).await.expect_err("gone").0, -32009);
+    });
+    assert_eq!(daemon.stop(), 0);
+}
+
+#[test]
+fn a_session_without_a_folder_has_its_scratch_folder_served() {
+    let env = Env::new();
+    let served = env.root.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let id = uuid::Uuid::new_v4().to_string();
+    // Where the cofold engine keeps the scratch folder of a session started without a folder.
+    let scratch = env.home().join(".copilot/chats").join(&id);
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("draft.md"), "draft").unwrap();
+    let daemon = env.daemon(
+        &[
+            "--plugin",
+            ECHO,
+            "--port",
+            "0",
+            "--path",
+            served.to_str().unwrap(),
+        ],
+        "scratch.log",
+    );
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        let file = scratch.join("draft.md");
+        assert_eq!(
+            read(&client, &file).await.expect_err("no session yet").0,
+            -32009
+        );
+        let uri = format!("echo:/{id}");
+        let _: Value = client
+            .request("createSession", json!({"channel": uri, "provider": "echo"}))
+            .await
+            .unwrap();
+        assert_eq!(read(&client, &file).await.unwrap()["data"], "draft");
     });
     assert_eq!(daemon.stop(), 0);
 }
