@@ -1,6 +1,13 @@
-//! [`FileResources`]: read-only `file:` resources inside the host's folders.
+//! [`FileResources`]: read-only `file:` resources inside the host's folders, never inside the
+//! folders it is told to keep private, and never larger than a set size.
+//!
+//! Every path is resolved (links followed) before it is judged, so a link inside a served folder
+//! that points at a private one is refused like the private path itself; a read is judged again
+//! on the file it actually opened.
 
+use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use ahp_types::commands::{
     ContentEncoding, DirectoryEntry, ResourceListResult, ResourceReadResult, ResourceResolveResult,
@@ -13,48 +20,128 @@ use crate::error::{RpcError, codes};
 use crate::ports::Resources;
 use crate::util::{file_uri, path_of};
 
-/// Serves `file:` URIs inside the given folders only: `-32009` outside them, `-32008` when
-/// missing.
-#[derive(Debug, Clone)]
+/// The largest file `resourceRead` returns by default: 8 MiB, which stays under the host's
+/// default 16 MiB frame once encoded as base64.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Folders served besides the fixed ones, asked at every request (the folders of the sessions
+/// open now, say).
+pub trait RootSource: Send + Sync + 'static {
+    /// The folders to serve now.
+    fn roots(&self) -> Vec<PathBuf>;
+}
+
+/// Serves `file:` URIs inside the given folders only: `-32009` outside them or inside a denied
+/// folder, `-32008` when missing, `-32602` for a file over the size limit.
+#[derive(Clone)]
 pub struct FileResources {
     roots: Vec<PathBuf>,
+    live: Option<Arc<dyn RootSource>>,
+    deny: Vec<PathBuf>,
+    max_read_bytes: u64,
+}
+
+impl std::fmt::Debug for FileResources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileResources")
+            .field("roots", &self.roots)
+            .field("deny", &self.deny)
+            .field("max_read_bytes", &self.max_read_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a path resolves to with respect to the served and denied folders.
+enum Judged {
+    /// Inside a served folder and no denied one; the resolved path.
+    Served(PathBuf),
+    /// Inside a served folder but missing.
+    Missing,
+    /// Inside a denied folder.
+    Private,
+    /// Outside every served folder.
+    Outside,
 }
 
 impl FileResources {
-    /// Serve these folders (they are resolved once, now).
+    /// Serve these folders (they are resolved once, now), with nothing denied and the default
+    /// size limit.
     pub fn new(roots: impl IntoIterator<Item = PathBuf>) -> Self {
         Self {
-            roots: roots
-                .into_iter()
-                .map(|r| std::fs::canonicalize(&r).unwrap_or(r))
-                .collect(),
+            roots: roots.into_iter().map(|r| resolved(&r)).collect(),
+            live: None,
+            deny: Vec::new(),
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
         }
     }
 
-    fn inside(&self, p: &Path) -> bool {
-        self.roots.iter().any(|r| p.starts_with(r))
+    /// Also serve the folders `source` names at the time of each request.
+    pub fn with_live_roots(mut self, source: Arc<dyn RootSource>) -> Self {
+        self.live = Some(source);
+        self
     }
 
-    /// The path a URI names, checked against the roots (following symlinks when it exists).
-    fn check(&self, uri: &str) -> Result<PathBuf, RpcError> {
+    /// Never serve these files or folders, nor anything under them, even inside a served
+    /// folder. They are resolved at each request, so one created later is denied too.
+    pub fn with_denied(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.deny.extend(paths);
+        self
+    }
+
+    /// Refuse to read files larger than this many bytes.
+    pub fn with_max_read_bytes(mut self, max: u64) -> Self {
+        self.max_read_bytes = max;
+        self
+    }
+
+    /// The size limit of a read.
+    pub fn max_read_bytes(&self) -> u64 {
+        self.max_read_bytes
+    }
+
+    fn judge(&self, path: &Path) -> Judged {
+        let (real, exists) = match std::fs::canonicalize(path) {
+            Ok(real) => (real, true),
+            Err(_) => (normalise(path), false),
+        };
+        // Denied entries are matched both as written and resolved: a denied folder reached
+        // through a link resolves to the resolved form, a missing one only has the other.
+        let private = self
+            .deny
+            .iter()
+            .any(|d| real.starts_with(d) || real.starts_with(resolved(d)));
+        if private {
+            return Judged::Private;
+        }
+        let live = self.live.as_ref().map(|l| l.roots()).unwrap_or_default();
+        let inside = self.roots.iter().any(|r| real.starts_with(r))
+            || live.iter().any(|r| real.starts_with(resolved(r)));
+        match (inside, exists) {
+            (false, _) => Judged::Outside,
+            (true, true) => Judged::Served(real),
+            (true, false) => Judged::Missing,
+        }
+    }
+
+    /// The path a URI names and what it resolves to, when it may be served.
+    fn check(&self, uri: &str) -> Result<(PathBuf, PathBuf), RpcError> {
         let path = path_of(uri)
             .ok_or_else(|| RpcError::invalid_params(format!("{uri} is not a file: URI")))?;
-        match std::fs::canonicalize(&path) {
-            Ok(real) if self.inside(&real) => Ok(path),
-            Ok(_) => Err(denied(uri)),
-            Err(_) => {
-                let lexical = normalise(&path);
-                if self.inside(&lexical) {
-                    Err(RpcError::new(
-                        codes::NOT_FOUND,
-                        format!("{uri} does not exist"),
-                    ))
-                } else {
-                    Err(denied(uri))
-                }
-            }
+        match self.judge(&path) {
+            Judged::Served(real) => Ok((path, real)),
+            Judged::Missing => Err(RpcError::new(
+                codes::NOT_FOUND,
+                format!("{uri} does not exist"),
+            )),
+            Judged::Private => Err(private(uri)),
+            Judged::Outside => Err(denied(uri)),
         }
     }
+}
+
+/// A path with its links resolved when it exists, else tidied as written.
+fn resolved(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| normalise(p))
 }
 
 fn denied(uri: &str) -> RpcError {
@@ -62,6 +149,81 @@ fn denied(uri: &str) -> RpcError {
         codes::PERMISSION_DENIED,
         format!("{uri} is outside the folders this host serves"),
     )
+}
+
+fn private(uri: &str) -> RpcError {
+    RpcError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "{uri} is not served: it is in a folder this host keeps private (credentials or the host's own files)"
+        ),
+    )
+}
+
+fn too_large(uri: &str, size: u64, max: u64) -> RpcError {
+    let mut e = RpcError::invalid_params(format!(
+        "{uri} is {} bytes, over the {max}-byte ({}) limit of resourceRead",
+        size,
+        human(max)
+    ));
+    e.data = Some(serde_json::json!({"size": size, "maxBytes": max}));
+    e
+}
+
+/// `8 MiB`, `512 KiB` or `100 bytes`.
+fn human(n: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if n >= MIB && n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Why a read did not produce the file's bytes.
+enum ReadFailure {
+    Io(std::io::Error),
+    NotAFile,
+    TooLarge(u64),
+    /// The file opened is not where the checked path led (a link was swapped in between).
+    Moved,
+}
+
+/// Opens without following a final link and without blocking on a FIFO, refuses anything but a
+/// regular file, and reads at most `max` bytes.
+fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, ReadFailure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(ReadFailure::Io)?;
+    let meta = file.metadata().map_err(ReadFailure::Io)?;
+    if !meta.is_file() {
+        return Err(ReadFailure::NotAFile);
+    }
+    if meta.len() > max {
+        return Err(ReadFailure::TooLarge(meta.len()));
+    }
+    // Where the open file really is, as the kernel knows it.
+    let opened = {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    if opened != path {
+        return Err(ReadFailure::Moved);
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadFailure::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(ReadFailure::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 fn normalise(p: &Path) -> PathBuf {
@@ -131,10 +293,29 @@ impl Resources for FileResources {
         uri: &str,
         encoding: Option<ContentEncoding>,
     ) -> Result<ResourceReadResult, RpcError> {
-        let path = self.check(uri)?;
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| io_error(uri, &e))?;
+        let (_, path) = self.check(uri)?;
+        let max = self.max_read_bytes;
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_capped(&path, max))
+                .await
+                .map_err(|_| RpcError::internal(format!("{uri} could not be read")))?
+        };
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(ReadFailure::Io(e)) if e.raw_os_error() == Some(libc::ELOOP) => {
+                // The checked path became a link after it was checked.
+                return Err(denied(uri));
+            }
+            Err(ReadFailure::Io(e)) => return Err(io_error(uri, &e)),
+            Err(ReadFailure::NotAFile) => {
+                return Err(RpcError::invalid_params(format!(
+                    "{uri} is not a regular file"
+                )));
+            }
+            Err(ReadFailure::TooLarge(size)) => return Err(too_large(uri, size, max)),
+            Err(ReadFailure::Moved) => return Err(denied(uri)),
+        };
         let content_type = content_type(&path);
         let want_base64 = matches!(encoding, Some(ContentEncoding::Base64));
         Ok(match String::from_utf8(bytes) {
@@ -157,7 +338,7 @@ impl Resources for FileResources {
     }
 
     async fn list(&self, uri: &str) -> Result<ResourceListResult, RpcError> {
-        let path = self.check(uri)?;
+        let (_, path) = self.check(uri)?;
         let mut dir = tokio::fs::read_dir(&path)
             .await
             .map_err(|e| io_error(uri, &e))?;
@@ -180,11 +361,8 @@ impl Resources for FileResources {
         uri: &str,
         follow_symlinks: bool,
     ) -> Result<ResourceResolveResult, RpcError> {
-        let path = self.check(uri)?;
+        let (path, real) = self.check(uri)?;
         let (target, meta) = if follow_symlinks {
-            let real = tokio::fs::canonicalize(&path)
-                .await
-                .map_err(|e| io_error(uri, &e))?;
             let meta = tokio::fs::metadata(&real)
                 .await
                 .map_err(|e| io_error(uri, &e))?;
@@ -264,5 +442,103 @@ mod tests {
         assert_eq!(missing.code, codes::NOT_FOUND);
         let resolved = res.resolve(&a, true).await.unwrap();
         assert_eq!(resolved.size, Some(5));
+    }
+
+    struct Fixed(Vec<PathBuf>);
+
+    impl RootSource for Fixed {
+        fn roots(&self) -> Vec<PathBuf> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn denied_folders_stay_private_whatever_links_point_there() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::create_dir(h.join(".ssh")).unwrap();
+        std::fs::write(h.join(".ssh/id"), "key").unwrap();
+        std::fs::write(h.join("notes.txt"), "fine").unwrap();
+        std::os::unix::fs::symlink(h.join(".ssh/id"), h.join("id-link")).unwrap();
+        std::os::unix::fs::symlink(h.join(".ssh"), h.join("dir-link")).unwrap();
+        let res =
+            FileResources::new([h.to_path_buf()]).with_denied([h.join(".ssh"), h.join(".aws")]);
+        assert_eq!(
+            res.read(&file_uri(&h.join("notes.txt")), None)
+                .await
+                .unwrap()
+                .data,
+            "fine"
+        );
+        for p in [
+            h.join(".ssh/id"),
+            h.join("id-link"),
+            h.join("dir-link/id"),
+            h.join(".ssh"),
+        ] {
+            let e = res.read(&file_uri(&p), None).await.unwrap_err();
+            assert_eq!(e.code, codes::PERMISSION_DENIED, "{}", p.display());
+            assert!(e.message.contains("private"), "{}", e.message);
+        }
+        assert_eq!(
+            res.list(&file_uri(&h.join("dir-link")))
+                .await
+                .unwrap_err()
+                .code,
+            codes::PERMISSION_DENIED
+        );
+        assert_eq!(
+            res.resolve(&file_uri(&h.join("id-link")), false)
+                .await
+                .unwrap_err()
+                .code,
+            codes::PERMISSION_DENIED
+        );
+        // A denied folder made after the start is denied too.
+        std::fs::create_dir(h.join(".aws")).unwrap();
+        std::fs::write(h.join(".aws/credentials"), "k").unwrap();
+        let e = res
+            .read(&file_uri(&h.join(".aws/credentials")), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, codes::PERMISSION_DENIED);
+    }
+
+    #[tokio::test]
+    async fn reads_are_capped_and_only_of_regular_files() {
+        let root = tempfile::tempdir().unwrap();
+        let big = root.path().join("big.bin");
+        std::fs::File::create(&big).unwrap().set_len(1025).unwrap();
+        std::fs::write(root.path().join("small.txt"), "x".repeat(1024)).unwrap();
+        let res = FileResources::new([root.path().to_path_buf()]).with_max_read_bytes(1024);
+        let e = res.read(&file_uri(&big), None).await.unwrap_err();
+        assert_eq!(e.code, codes::INVALID_PARAMS);
+        assert!(e.message.contains("1 KiB"), "{}", e.message);
+        assert!(
+            res.read(&file_uri(&root.path().join("small.txt")), None)
+                .await
+                .is_ok()
+        );
+        let fifo = root.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let e = res.read(&file_uri(&fifo), None).await.unwrap_err();
+            assert!(e.message.contains("not a regular file"), "{}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn live_roots_are_asked_at_each_request() {
+        let served = tempfile::tempdir().unwrap();
+        let session = tempfile::tempdir().unwrap();
+        std::fs::write(session.path().join("a.txt"), "a").unwrap();
+        let uri = file_uri(&session.path().join("a.txt"));
+        let alone = FileResources::new([served.path().to_path_buf()]);
+        assert_eq!(
+            alone.read(&uri, None).await.unwrap_err().code,
+            codes::PERMISSION_DENIED
+        );
+        let with = alone.with_live_roots(Arc::new(Fixed(vec![session.path().to_path_buf()])));
+        assert_eq!(with.read(&uri, None).await.unwrap().data, "a");
     }
 }

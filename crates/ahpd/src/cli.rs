@@ -42,7 +42,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub port: Option<u16>,
 
-    /// A token clients present as `?tkn=` or `Authorization: Bearer`.
+    /// A token clients present as `?tkn=` or `Authorization: Bearer`. Other users see a
+    /// command line (`ps`): prefer `--connection-token-file` or `AHPD_CONNECTION_TOKEN`.
+    /// [default: the `token` file in the configuration folder, made on first start]
     #[arg(long, value_name = "SECRET", group = "token")]
     pub connection_token: Option<String>,
 
@@ -50,7 +52,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", group = "token")]
     pub connection_token_file: Option<PathBuf>,
 
-    /// Run with no token; the only way to bind a non-loopback address without one.
+    /// Run with no token: any local process (and, off loopback, anyone who can reach the port)
+    /// can connect and run commands as you.
     #[arg(long, group = "token")]
     pub without_connection_token: bool,
 
@@ -97,6 +100,13 @@ pub enum Command {
         /// Restart even while a turn runs.
         #[arg(long)]
         force: bool,
+    },
+    /// Print the `chat.remoteAgentHosts` entry for VS Code's settings (address, name,
+    /// connectionToken), making the token file when it does not exist yet.
+    Token {
+        /// Print only the address with `?tkn=`, for clients that take one URL.
+        #[arg(long)]
+        url: bool,
     },
     /// Show the files read and every effective value with its source.
     Config {

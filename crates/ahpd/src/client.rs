@@ -5,12 +5,11 @@ use std::time::Duration;
 use ahp::client::{Client, ClientConfig};
 use ahp_ws::WebSocketTransport;
 
+use crate::token::encode;
+
 /// Connects to `address` (a `ws://` URL), presenting `token` when there is one, and initializes.
 pub async fn connect(address: &str, token: Option<&str>) -> Result<Client, String> {
-    let url = match token {
-        Some(t) => format!("{address}/?tkn={}", encode(t)),
-        None => address.to_owned(),
-    };
+    let url = crate::token::url_with_token(address, token);
     let transport = WebSocketTransport::connect(&url).await.map_err(|e| {
         format!(
             "cannot connect to {address}: {}",
@@ -40,19 +39,6 @@ pub async fn answers_ping(address: &str, token: Option<&str>) -> bool {
     let ok = client.ping().await.is_ok();
     client.shutdown().await;
     ok
-}
-
-/// Percent-encodes everything but unreserved characters.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// A transport error may echo the URL; the token must not reach the screen.

@@ -1,4 +1,4 @@
-//! The one-shot commands: `config`, `plugin …`, `vault …`, `completion`.
+//! The one-shot commands: `config`, `token`, `plugin …`, `vault …`, `completion`.
 
 use std::io::{IsTerminal, Read};
 
@@ -80,6 +80,54 @@ pub fn show_config(loc: &Locations, as_json: bool) -> Result<(), CommandError> {
             row["value"],
             row["source"].as_str().unwrap_or("")
         );
+    }
+    Ok(())
+}
+
+/// `ahpd token`: the running daemon's address and token, or else those the configuration
+/// gives (the token file is made when missing, as the daemon's first start would).
+pub fn token(loc: &Locations, url_only: bool) -> Result<(), CommandError> {
+    let (address, token) = match crate::process::running(loc) {
+        Some(record) => {
+            let token = crate::process::token_for(loc, &record);
+            (record.address, token)
+        }
+        None => {
+            let mut settings = config::load(loc)?;
+            settings.apply_flags(&crate::cli::RunArgs::default())?;
+            let address = format!(
+                "ws://{}:{}",
+                crate::serve::url_host(&settings.host.value),
+                settings.port.value
+            );
+            let token = match &settings.token.value {
+                config::TokenSetting::Without => None,
+                config::TokenSetting::Literal(s) => Some(s.expose().to_owned()),
+                config::TokenSetting::SecretRef(name) => {
+                    Some(Vault::new(loc.vault()).read(name)?.expose().to_owned())
+                }
+                config::TokenSetting::File(p) => Some(
+                    crate::token::read_or_create(p)
+                        .map_err(|e| CommandError::Failed(e.to_string()))?,
+                ),
+            };
+            (address, token)
+        }
+    };
+    if url_only {
+        println!(
+            "{}",
+            crate::token::url_with_token(&address, token.as_deref())
+        );
+        return Ok(());
+    }
+    let entry = crate::token::vscode_entry(&address, token.as_deref());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&entry).unwrap_or_default()
+    );
+    if std::io::stderr().is_terminal() {
+        eprintln!("add this entry to the chat.remoteAgentHosts list in VS Code's settings.json");
     }
     Ok(())
 }

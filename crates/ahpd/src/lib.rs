@@ -21,7 +21,9 @@ mod plugins;
 mod process;
 mod records;
 mod serve;
+mod served;
 mod sys;
+mod token;
 mod vault;
 
 use clap::Parser;
@@ -93,6 +95,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Restart { force }) => {
             logs::init("warn");
             process::restart(&loc, force)?;
+            Ok(0)
+        }
+        Some(Command::Token { url }) => {
+            logs::init("warn");
+            commands::token(&loc, url)?;
             Ok(0)
         }
         Some(Command::Config { json }) => {

@@ -1,16 +1,18 @@
-//! Live sessions, so a shutdown can close every backend (§10.4 of the daemon's design).
+//! Live sessions, so a shutdown can close every backend (§10.4 of the daemon's design), and
+//! their folders, which are served as resources while the session lives.
 //!
 //! The host owns each session it opens and closes it only when the session is disposed. To
 //! close them all when the daemon stops, every agent handed to the host is wrapped: a session it
 //! creates is kept behind a shared slot the daemon can empty. The wrapper forwards every member
 //! of `Agent` and `Session`, so the host sees the agent unchanged.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use ahpd_sdk::ahp_types::commands::{CompletionItem, CompletionItemKind, SessionConfigValueItem};
 use ahpd_sdk::ahp_types::common::JsonObject;
 use ahpd_sdk::ahp_types::state::{PendingMessage, SessionConfigSchema, Turn};
+use ahpd_sdk::resources::RootSource;
 use ahpd_sdk::{
     Agent, AgentDescriptor, AgentError, ForkPoint, PastSession, Probe, Refusal, Session,
     SessionStart, TurnRequest,
@@ -25,10 +27,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Every session the wrapped agents opened that is not closed yet.
+/// Every session the wrapped agents opened that is not closed yet, with its folders.
 #[derive(Default)]
 pub struct LiveSessions {
-    slots: Mutex<Vec<Weak<Cell>>>,
+    slots: Mutex<Vec<(Weak<Cell>, Vec<PathBuf>)>>,
 }
 
 impl LiveSessions {
@@ -45,11 +47,11 @@ impl LiveSessions {
         })
     }
 
-    fn add(&self, slot: &Slot) {
+    fn add(&self, slot: &Slot, folders: Vec<PathBuf>) {
         let mut slots = lock(&self.slots);
         // Forget sessions the host has already dropped, so the list does not grow for ever.
-        slots.retain(|w| w.strong_count() > 0);
-        slots.push(Arc::downgrade(slot));
+        slots.retain(|(w, _)| w.strong_count() > 0);
+        slots.push((Arc::downgrade(slot), folders));
     }
 
     /// Closes every open session, all at once; returns how many there were. The host's later
@@ -59,7 +61,7 @@ impl LiveSessions {
             let mut slots = lock(&self.slots);
             let taken = slots
                 .iter()
-                .filter_map(Weak::upgrade)
+                .filter_map(|(w, _)| w.upgrade())
                 .filter_map(|slot| lock(&slot).take())
                 .collect();
             slots.clear();
@@ -72,6 +74,39 @@ impl LiveSessions {
         .await;
         count
     }
+}
+
+impl RootSource for LiveSessions {
+    fn roots(&self) -> Vec<PathBuf> {
+        lock(&self.slots)
+            .iter()
+            .filter(|(w, _)| w.upgrade().is_some_and(|slot| lock(&slot).is_some()))
+            .flat_map(|(_, folders)| folders.iter().cloned())
+            .collect()
+    }
+}
+
+/// The folders a session works in: those the client named, or else the scratch folder the
+/// cofold engine makes for a session without one (`~/.copilot/chats/<id>`, the id escaped as
+/// that engine escapes it), when it exists.
+fn session_folders(mut asked: Vec<PathBuf>, backend_id: &str) -> Vec<PathBuf> {
+    if asked.is_empty()
+        && let Ok(home) = crate::locations::home()
+    {
+        let mut segment = String::new();
+        for b in backend_id.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                segment.push(b as char);
+            } else {
+                segment.push_str(&format!("%{b:02X}"));
+            }
+        }
+        let scratch = home.join(".copilot").join("chats").join(segment);
+        if scratch.is_dir() {
+            asked.push(scratch);
+        }
+    }
+    asked
 }
 
 /// An agent whose sessions are tracked.
@@ -99,10 +134,17 @@ impl Agent for Tracked {
     }
 
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
+        let asked: Vec<PathBuf> = start
+            .working_directory
+            .iter()
+            .chain(&start.additional_directories)
+            .cloned()
+            .collect();
         let session = self.inner.create(start).await?;
         let backend_id = session.backend_id();
+        let folders = session_folders(asked, &backend_id);
         let slot: Slot = Arc::new(Mutex::new(Some(session)));
-        self.live.add(&slot);
+        self.live.add(&slot, folders);
         Ok(Box::new(TrackedSession { slot, backend_id }))
     }
 

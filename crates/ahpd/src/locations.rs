@@ -86,6 +86,13 @@ impl Locations {
         self.dir.join("sessions.json")
     }
 
+    /// `token`, the connection token used when no token option is given: one line of 64
+    /// lower-case hex digits, mode `0600`. Terminal clients read it too, so its name and format
+    /// stay as they are.
+    pub fn token(&self) -> PathBuf {
+        self.dir.join("token")
+    }
+
     /// `daemon.json`, the detached daemon's record.
     pub fn daemon_record(&self) -> PathBuf {
         self.dir.join("daemon.json")

@@ -14,6 +14,7 @@ use crate::config::{self, TokenSetting};
 use crate::fsutil;
 use crate::locations::Locations;
 use crate::sys;
+use crate::token::{self, TOKEN_ENV};
 use crate::vault::Vault;
 
 /// `daemon.json`: what the detached daemon writes once it listens.
@@ -32,6 +33,10 @@ pub struct DaemonRecord {
     pub version: String,
     /// RFC 3339 start time.
     pub started_at: String,
+    /// The token came from `AHPD_CONNECTION_TOKEN` (or `--connection-token` given to `start`,
+    /// which hands it over that way), so `restart` needs the variable set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub token_from_environment: bool,
 }
 
 /// Set on the detached child: the user's options, without the hidden marker.
@@ -51,6 +56,7 @@ impl DaemonRecord {
             address: address.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started_at: jiff::Timestamp::now().to_string(),
+            token_from_environment: false,
         }
     }
 }
@@ -99,7 +105,7 @@ pub fn remove_record_if_ours(path: &Path) {
 }
 
 /// The live daemon named by `daemon.json`; a stale record is removed.
-fn running(loc: &Locations) -> Option<DaemonRecord> {
+pub fn running(loc: &Locations) -> Option<DaemonRecord> {
     let path = loc.daemon_record();
     let record = read_record(&path)?;
     if sys::alive(record.pid) && sys::is_ahpd(record.pid) {
@@ -132,6 +138,30 @@ pub fn start_argv(all: &[String]) -> Vec<String> {
     out
 }
 
+/// Takes a `--connection-token` value out of the arguments, so neither the detached daemon's
+/// command line (seen by `ps`) nor `daemon.json` holds it; it is handed over in
+/// `AHPD_CONNECTION_TOKEN` instead.
+pub fn take_token(argv: Vec<String>) -> (Vec<String>, Option<String>) {
+    let mut out = Vec::new();
+    let mut token = None;
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(args.by_ref());
+            break;
+        }
+        if arg == "--connection-token" {
+            token = args.next();
+        } else if let Some(v) = arg.strip_prefix("--connection-token=") {
+            token = Some(v.to_owned());
+        } else {
+            out.push(arg);
+        }
+    }
+    (out, token)
+}
+
 /// `ahpd start`.
 pub fn start(
     loc: &Locations,
@@ -148,10 +178,16 @@ pub fn start(
         println!("ahpd is already running (pid {}, {})", r.pid, r.address);
         return Ok(());
     }
-    spawn_detached(loc, argv, cwd)
+    let (argv, token) = take_token(argv);
+    spawn_detached(loc, argv, cwd, token)
 }
 
-fn spawn_detached(loc: &Locations, argv: Vec<String>, cwd: &Path) -> Result<(), ProcessError> {
+fn spawn_detached(
+    loc: &Locations,
+    argv: Vec<String>,
+    cwd: &Path,
+    token: Option<String>,
+) -> Result<(), ProcessError> {
     let failed =
         |what: &str, e: std::io::Error| ProcessError::Failed(format!("cannot {what}: {e}"));
     fsutil::ensure_dir(&loc.dir)
@@ -171,7 +207,11 @@ fn spawn_detached(loc: &Locations, argv: Vec<String>, cwd: &Path) -> Result<(), 
     let record_path = loc.daemon_record();
     let _ = std::fs::remove_file(&record_path);
     let encoded = serde_json::to_string(&argv).unwrap_or_else(|_| "[]".into());
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(t) = &token {
+        command.env(TOKEN_ENV, t);
+    }
+    let mut child = command
         .args(&argv)
         .arg("--detached-child")
         .env(ARGV_ENV, encoded)
@@ -187,7 +227,11 @@ fn spawn_detached(loc: &Locations, argv: Vec<String>, cwd: &Path) -> Result<(), 
     // checked until one appears or the deadline passes.
     loop {
         if let Some(record) = read_record(&record_path).filter(|r| r.pid == pid) {
-            println!("ahpd started (pid {pid}) on {}", record.address);
+            let token = token.or_else(|| token_for(loc, &record));
+            println!(
+                "ahpd started (pid {pid}) on {}",
+                token::url_with_token(&record.address, token.as_deref())
+            );
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -241,8 +285,8 @@ fn stop_pid(loc: &Locations, pid: u32) -> Result<(), ProcessError> {
 }
 
 /// The token a client of the recorded daemon presents, derived from its recorded options and
-/// the configuration.
-fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
+/// the configuration (and `AHPD_CONNECTION_TOKEN`, as the daemon read it).
+pub fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
     let mut args = vec!["ahpd".to_owned()];
     args.extend(record.argv.iter().cloned());
     let cli = Cli::try_parse_from(args).ok()?;
@@ -261,8 +305,8 @@ fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
             .read(&name)
             .ok()
             .map(|s| s.expose().to_owned()),
-        TokenSetting::File(p) => std::fs::read_to_string(p).ok().map(|t| t.trim().to_owned()),
-        TokenSetting::Unset | TokenSetting::Without => None,
+        TokenSetting::File(p) => token::read(&p).ok(),
+        TokenSetting::Without => None,
     }
 }
 
@@ -284,6 +328,7 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
         return Ok(3);
     };
     let token = token_for(loc, &record);
+    let url = token::url_with_token(&record.address, token.as_deref());
     let answers = runtime()?.block_on(crate::client::answers_ping(
         &record.address,
         token.as_deref(),
@@ -295,6 +340,7 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
                 "running": true,
                 "pid": record.pid,
                 "address": record.address,
+                "url": url,
                 "version": record.version,
                 "startedAt": record.started_at,
                 "answers": answers,
@@ -311,10 +357,9 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
             })
             .unwrap_or_default();
         println!(
-            "ahpd {} is running (pid {}) on {}{uptime}; {}",
+            "ahpd {} is running (pid {}) on {url}{uptime}; {}",
             record.version,
             record.pid,
-            record.address,
             if answers {
                 "it answers ping"
             } else {
@@ -332,6 +377,12 @@ pub fn restart(loc: &Locations, force: bool) -> Result<(), ProcessError> {
             "ahpd is not running: use ahpd start".into(),
         ));
     };
+    let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    if record.token_from_environment && token.is_none() {
+        return Err(ProcessError::Usage(format!(
+            "the daemon was given its token in {TOKEN_ENV} or --connection-token, which are not kept: set {TOKEN_ENV} for the restart, or stop and start it again"
+        )));
+    }
     if !force {
         let token = token_for(loc, &record);
         let busy = runtime()?.block_on(busy_sessions(&record.address, token.as_deref()))?;
@@ -343,7 +394,7 @@ pub fn restart(loc: &Locations, force: bool) -> Result<(), ProcessError> {
         }
     }
     stop_pid(loc, record.pid)?;
-    spawn_detached(loc, record.argv, &record.cwd)
+    spawn_detached(loc, record.argv, &record.cwd, None)
 }
 
 /// Sessions whose status has the in-progress bit (8).
@@ -385,6 +436,24 @@ async fn busy_sessions(address: &str, token: Option<&str>) -> Result<Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_on_the_start_line_is_taken_out() {
+        let argv = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let (rest, token) = take_token(argv(&[
+            "--port",
+            "0",
+            "--connection-token",
+            "s3",
+            "--plugin",
+            "p",
+        ]));
+        assert_eq!(rest, argv(&["--port", "0", "--plugin", "p"]));
+        assert_eq!(token.as_deref(), Some("s3"));
+        let (rest, token) = take_token(argv(&["--connection-token=s4"]));
+        assert!(rest.is_empty());
+        assert_eq!(token.as_deref(), Some("s4"));
+    }
 
     #[test]
     fn the_start_word_is_removed_once() {

@@ -19,12 +19,13 @@ use serde_json::Value;
 use crate::channel::{AgentsChannel, CHANNEL, FixedAgent};
 use crate::cli::RunArgs;
 use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
-use crate::fsutil;
 use crate::live::LiveSessions;
 use crate::locations::Locations;
 use crate::plugins::{self, State, options::SecretMode};
 use crate::process::{self, DaemonRecord};
 use crate::records::{EngineSlot, RecordStore};
+use crate::served;
+use crate::token;
 use crate::vault::Vault;
 
 /// How long a shutdown waits for the sessions' backends to close, in all (§10.4).
@@ -76,7 +77,7 @@ fn no_plugin_message() -> String {
 fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, ServeError> {
     let source = &settings.token.source;
     match &settings.token.value {
-        TokenSetting::Unset | TokenSetting::Without => Ok(None),
+        TokenSetting::Without => Ok(None),
         TokenSetting::Literal(s) => Ok(Some(s.expose().to_owned())),
         TokenSetting::SecretRef(name) => match vault.read(name) {
             Ok(s) => Ok(Some(s.expose().to_owned())),
@@ -89,45 +90,11 @@ fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, S
                 _ => ServeError::Usage(format!("connectionToken: {e}")),
             }),
         },
-        TokenSetting::File(path) => token_from_file(path).map(Some),
+        TokenSetting::File(path) => token::read_or_create(path).map(Some).map_err(|e| match e {
+            token::TokenError::Bad { .. } => ServeError::Usage(e.to_string()),
+            token::TokenError::Io { .. } => ServeError::Runtime(e.to_string()),
+        }),
     }
-}
-
-fn token_from_file(path: &Path) -> Result<String, ServeError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(ServeError::Usage(format!(
-                    "{}: the token file is empty",
-                    path.display()
-                )));
-            }
-            Ok(token.to_owned())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let token = fresh_token()
-                .map_err(|e| ServeError::Runtime(format!("cannot make a token: {e}")))?;
-            fsutil::write_atomic(path, format!("{token}\n").as_bytes(), fsutil::PRIVATE_FILE)
-                .map_err(|e| {
-                    ServeError::Runtime(format!("cannot write {}: {e}", path.display()))
-                })?;
-            tracing::info!(file = %path.display(), "created a connection token file");
-            Ok(token)
-        }
-        Err(e) => Err(ServeError::Runtime(format!(
-            "cannot read {}: {e}",
-            path.display()
-        ))),
-    }
-}
-
-/// 64 hex characters from 32 random bytes.
-fn fresh_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// What the plugins registered.
@@ -232,14 +199,18 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
             tracing::warn!("--stdio ignores --host, --port and the token options");
         }
     } else {
-        let host = &settings.host.value;
-        if !config::is_loopback(host) && settings.token.value == TokenSetting::Unset {
-            return Err(ServeError::Usage(format!(
-                "--host {host} is not a loopback address: give --connection-token, \
-                 --connection-token-file or --without-connection-token"
-            )));
-        }
         token = resolve_token(&settings, &vault)?;
+        if token.is_some() && !config::is_loopback(&settings.host.value) {
+            tracing::warn!(
+                host = %settings.host.value,
+                "listening beyond loopback over ws://: the token and every message travel in clear; put TLS (a reverse proxy or an SSH tunnel) in front"
+            );
+        }
+        if token.is_none() {
+            tracing::warn!(
+                "serving without a connection token: any local process (and, off loopback, anyone on the network) can connect and run commands as this user"
+            );
+        }
     }
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
@@ -256,6 +227,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         );
     }
     let (engines, fixed) = apply_plugins(&cands, &vault).await?;
+    let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
 
     let store = RecordStore::new(loc.agents(), vault.clone());
     if let Err(e) = store.seed(&engines) {
@@ -286,7 +258,11 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         .root_meta(meta.clone())
         .initialize_meta(meta)
         .extension(channel.clone())
-        .resources(Arc::new(FileResources::new(settings.paths.value.clone())));
+        .resources(Arc::new(
+            FileResources::new(settings.paths.value.clone())
+                .with_live_roots(live.clone())
+                .with_denied(served::private_paths(loc, &settings, &engine_options)),
+        ));
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }
@@ -316,8 +292,9 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     let addr = resolve_addr(&settings.host.value, settings.port.value).await?;
     let config = WsConfig {
         addr,
-        token,
+        token: token.clone(),
         allow_without_token: settings.token.value == TokenSetting::Without,
+        allowed_origins: settings.allowed_origins.value.clone(),
     };
     let server = match host.serve_ws(config).await {
         Ok(s) => s,
@@ -338,14 +315,23 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     let address = format!("ws://{}:{port}", url_host(&settings.host.value));
     {
         use std::io::Write;
+        // The detached daemon's standard output is its log, which never holds the token.
+        let line = match &token {
+            Some(_) if run.detached_child => {
+                format!("{address} (with its connection token: ahpd token prints it)")
+            }
+            Some(t) => token::url_with_token(&address, Some(t)),
+            None => address.clone(),
+        };
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "ahpd listening on {address}");
+        let _ = writeln!(out, "ahpd listening on {line}");
         let _ = out.flush();
     }
     tracing::info!(address = %address, "listening");
     let record_path = loc.daemon_record();
     if run.detached_child {
-        let record = DaemonRecord::for_this_process(&address);
+        let mut record = DaemonRecord::for_this_process(&address);
+        record.token_from_environment = settings.token.source == Source::Env(token::TOKEN_ENV);
         if let Err(e) = process::write_record(&record_path, &record) {
             return Err(ServeError::Runtime(format!(
                 "cannot write {}: {e}",

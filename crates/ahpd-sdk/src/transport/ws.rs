@@ -1,7 +1,8 @@
-//! The WebSocket listener (axum): connection-token check (HTTP 401 before the upgrade), origin
-//! check, `426` for plain HTTP, one JSON-RPC message per text frame.
+//! The WebSocket listener (axum): origin check (HTTP 403 before the upgrade for any web origin
+//! not allowed), connection-token check (401), `426` for plain HTTP, one JSON-RPC message per
+//! text frame, close code 1009 for a message over the size limit.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use async_trait::async_trait;
 use axum::Router;
@@ -27,6 +28,10 @@ pub struct WsConfig {
     /// Allow a non-loopback address without a token (the daemon's
     /// `--without-connection-token`).
     pub allow_without_token: bool,
+    /// Web origins whose pages may connect (`https://vscode.dev`). An upgrade carrying any other
+    /// `Origin` header is refused with 403, token or not; clients that are not browsers send
+    /// none. Empty by default.
+    pub allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for WsConfig {
@@ -35,6 +40,7 @@ impl std::fmt::Debug for WsConfig {
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("allow_without_token", &self.allow_without_token)
+            .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
@@ -45,6 +51,7 @@ impl Default for WsConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 9187)),
             token: None,
             allow_without_token: false,
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -63,6 +70,65 @@ impl WsConfig {
         self.token = Some(token.into());
         self
     }
+
+    /// The same, letting pages of these web origins connect.
+    pub fn with_allowed_origins(mut self, origins: impl IntoIterator<Item = String>) -> Self {
+        self.allowed_origins = origins.into_iter().collect();
+        self
+    }
+}
+
+/// Who may upgrade a connection: the token to present and the web origins let in.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// The token, when one is required.
+    pub token: Option<String>,
+    /// Origins let in, each normalised by [`normalise_origin`].
+    pub allowed_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+impl Access {
+    /// A token (or none) and the origins let in, as written in a configuration.
+    pub fn new(token: Option<String>, allowed_origins: &[String]) -> Self {
+        Self {
+            token,
+            allowed_origins: allowed_origins
+                .iter()
+                .map(|o| normalise_origin(o))
+                .collect(),
+        }
+    }
+}
+
+/// An origin as browsers send it: scheme and host lower-cased, no trailing slash, the default
+/// port of `http`/`https` dropped, so `HTTPS://VSCode.dev/` and `https://vscode.dev:443` match.
+pub fn normalise_origin(origin: &str) -> String {
+    let o = origin.trim().trim_end_matches('/');
+    let Some((scheme, rest)) = o.split_once("://") else {
+        return o.to_ascii_lowercase();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let mut host = rest.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => Some(":80"),
+        "https" => Some(":443"),
+        _ => None,
+    };
+    if let Some(port) = default_port
+        && let Some(bare) = host.strip_suffix(port)
+    {
+        host = bare.to_owned();
+    }
+    format!("{scheme}://{host}")
 }
 
 /// A running listener.
@@ -100,15 +166,25 @@ impl WsServer {
 #[derive(Clone)]
 struct WsState {
     host: HostHandle,
-    token: Option<String>,
+    access: Access,
     max: usize,
 }
 
+/// Compares in time that depends only on the lengths, so a wrong guess tells nothing of how
+/// much of it was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header; the scheme is matched without
+/// regard to case (RFC 9110 §11.1).
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("authorization")?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_owned())
 }
 
 fn query_token(uri: &Uri) -> Option<String> {
@@ -138,17 +214,6 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn origin_is_loopback(origin: &str) -> bool {
-    let host = origin.split("://").nth(1).unwrap_or(origin);
-    let host = host.split('/').next().unwrap_or("");
-    let host = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
-    };
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
 /// The path and query with any `tkn` parameter removed, for logs.
 fn redacted(uri: &Uri) -> String {
     let q: Vec<&str> = uri
@@ -170,13 +235,22 @@ async fn handle(
     uri: Uri,
     mut parts: Parts,
 ) -> Response {
-    if let Some(expected) = &st.token {
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_owned);
-        let presented = query_token(&uri).or(bearer);
+    // A page in a browser can open a WebSocket to any local port, and its requests carry its
+    // origin; other clients send none. So an origin is let in only when configured, and this
+    // comes before the token so a page that learned the token still cannot use it.
+    if let Some(origin) = headers.get("origin") {
+        let origin = origin.to_str().map(normalise_origin).unwrap_or_default();
+        if !st.access.allowed_origins.contains(&origin) {
+            tracing::info!(origin = %origin, path = %redacted(&uri), "a connection from a web page was refused: its origin is not in allowedOrigins");
+            return (
+                StatusCode::FORBIDDEN,
+                "connections from web pages are refused unless their origin is allowed\n",
+            )
+                .into_response();
+        }
+    }
+    if let Some(expected) = &st.access.token {
+        let presented = query_token(&uri).or_else(|| bearer_token(&headers));
         let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes()));
         if !ok {
             tracing::info!(path = %redacted(&uri), "a connection without the right token was refused");
@@ -186,14 +260,6 @@ async fn handle(
             )
                 .into_response();
         }
-    } else if let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok())
-        && !origin_is_loopback(origin)
-    {
-        return (
-            StatusCode::FORBIDDEN,
-            "connections from web pages on other hosts are refused\n",
-        )
-            .into_response();
     }
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws,
@@ -207,7 +273,12 @@ async fn handle(
     };
     let label = redacted(&uri);
     let max = st.max;
-    ws.max_message_size(max.saturating_mul(2).max(1024))
+    // A message up to twice the limit is read whole and answered with 1009; one larger fails in
+    // the socket, which is told apart and answered the same way. One frame may be as large as
+    // a whole message, so a single-frame message meets the message limit, not a smaller one.
+    let socket_limit = max.saturating_mul(2).max(1024);
+    ws.max_message_size(socket_limit)
+        .max_frame_size(socket_limit)
         .on_upgrade(move |socket| async move {
             let host = st.host;
             crate::connection::run(host.inner.clone(), ws_peer(socket, max, label)).await;
@@ -253,11 +324,20 @@ impl PeerReader for WsReader {
                     }
                     return Some(Inbound::Frame(String::from_utf8_lossy(&b).into_owned()));
                 }
+                Err(e) if is_too_large(&e) => return Some(Inbound::Oversized),
                 Ok(Message::Close(_)) | Err(_) => return None,
                 Ok(_) => continue,
             }
         }
     }
+}
+
+/// Whether a read failed because a frame or message was over the size the socket accepts,
+/// which the connection answers with close code 1009 like any other oversized message.
+fn is_too_large(e: &axum::Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|inner| inner.downcast_ref::<tungstenite::Error>())
+        .is_some_and(|inner| matches!(inner, tungstenite::Error::Capacity(_)))
 }
 
 struct WsWriter {
@@ -315,10 +395,16 @@ fn without_nagle(
 
 impl Host {
     /// An axum router that serves the protocol on any path, for embedding in a larger server.
+    /// Pages of any web origin are refused; see [`Host::router_with`] to let some in.
     pub fn router(&self, token: Option<String>) -> Router {
+        self.router_with(Access::new(token, &[]))
+    }
+
+    /// An axum router that serves the protocol on any path to the clients `access` lets in.
+    pub fn router_with(&self, access: Access) -> Router {
         let st = WsState {
             host: self.handle(),
-            token,
+            access,
             max: self.handle().inner.options.max_frame_bytes,
         };
         Router::new().fallback(entry).with_state(st)
@@ -343,7 +429,7 @@ impl Host {
             addr: addr.to_string(),
             source,
         })?;
-        let router = self.router(config.token);
+        let router = self.router_with(Access::new(config.token, &config.allowed_origins));
         let stop = CancellationToken::new();
         let host_stop = self.handle().inner.shutdown.clone();
         let stop2 = stop.clone();
@@ -376,10 +462,30 @@ mod tests {
 
     #[test]
     fn origins_and_tokens() {
-        assert!(origin_is_loopback("http://localhost:3000"));
-        assert!(origin_is_loopback("http://127.0.0.1"));
-        assert!(origin_is_loopback("http://[::1]:80"));
-        assert!(!origin_is_loopback("https://example.com"));
+        assert_eq!(
+            normalise_origin("HTTPS://VSCode.dev/"),
+            "https://vscode.dev"
+        );
+        assert_eq!(
+            normalise_origin("https://vscode.dev:443"),
+            "https://vscode.dev"
+        );
+        assert_eq!(
+            normalise_origin("http://localhost:3000"),
+            "http://localhost:3000"
+        );
+        assert_eq!(normalise_origin("null"), "null");
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            "bEaReR  s3cret ".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(bearer_token(&h).as_deref(), Some("s3cret"));
+        h.insert(
+            "authorization",
+            "Basic s3cret".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert_eq!(bearer_token(&h), None);
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         let uri: Uri = "/x?a=1&tkn=s%20e&b=2".parse().unwrap_or_default();

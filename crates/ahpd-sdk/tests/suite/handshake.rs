@@ -69,10 +69,27 @@ async fn non_loopback_without_a_token_refuses_to_start_and_foreign_origins_are_r
             .await
             .contains(" 403 ")
     );
+    // A page served from this machine is a web page like any other.
     assert!(
         http_status(addr, "/any/path", "Origin: http://localhost:5173\r\n")
             .await
+            .contains(" 403 ")
+    );
+    assert!(http_status(addr, "/any/path", "").await.contains(" 101 "));
+    let allowing = host
+        .serve_ws(WsConfig::loopback(0).with_allowed_origins(["HTTPS://VSCode.dev/".to_owned()]))
+        .await
+        .unwrap();
+    let a = allowing.local_addr();
+    assert!(
+        http_status(a, "/", "Origin: https://vscode.dev\r\n")
+            .await
             .contains(" 101 ")
+    );
+    assert!(
+        http_status(a, "/", "Origin: https://vscode.dev.evil.example\r\n")
+            .await
+            .contains(" 403 ")
     );
     // A plain HTTP request gets 426.
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

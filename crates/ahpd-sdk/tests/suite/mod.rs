@@ -1,6 +1,7 @@
 mod chats;
 mod conversation;
 mod extension;
+mod frames;
 mod handshake;
 mod malformed;
 mod many_clients;

@@ -19,6 +19,8 @@ pub(super) struct Layer {
     pub(super) tokens: Vec<(&'static str, TokenSetting)>,
     pub(super) delta_window_ms: Option<u64>,
     pub(super) plugins: Option<Vec<PluginEntry>>,
+    pub(super) allowed_origins: Option<Vec<String>>,
+    pub(super) resource_deny: Option<Vec<PathBuf>>,
 }
 
 const KNOWN_KEYS: &[&str] = &[
@@ -30,6 +32,8 @@ const KNOWN_KEYS: &[&str] = &[
     "withoutConnectionToken",
     "deltaWindowMs",
     "plugins",
+    "allowedOrigins",
+    "resourceDeny",
 ];
 
 /// Reads one file as a JSON object; `Ok(None)` when it is absent and `required` is false.
@@ -182,6 +186,20 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
                 }
             }
             "plugins" => layer.plugins = Some(check_plugins(file, value)?),
+            "allowedOrigins" => layer.allowed_origins = Some(check_origins(file, value)?),
+            "resourceDeny" => {
+                let Value::Array(items) = value else {
+                    return Err(key_err(file, "resourceDeny", "must be an array of paths"));
+                };
+                let mut paths = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let raw = item.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+                        key_err(file, format!("resourceDeny[{i}]"), "must be a path")
+                    })?;
+                    paths.push(locations::resolve_path(raw, &base)?);
+                }
+                layer.resource_deny = Some(paths);
+            }
             other => {
                 debug_assert!(!KNOWN_KEYS.contains(&other));
                 tracing::warn!("ahpd: {}: unknown key {other} (ignored)", file.display());
@@ -189,6 +207,46 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
         }
     }
     Ok(layer)
+}
+
+/// `allowedOrigins`: web origins as browsers send them, `<scheme>://<host>[:<port>]`.
+fn check_origins(file: &Path, value: &Value) -> Result<Vec<String>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(key_err(
+            file,
+            "allowedOrigins",
+            "must be an array of origins such as \"https://vscode.dev\"",
+        ));
+    };
+    let mut origins = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("allowedOrigins[{i}]");
+        let origin = item.as_str().unwrap_or("");
+        let well_formed = origin.split_once("://").is_some_and(|(scheme, rest)| {
+            !scheme.is_empty()
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+                && !rest.trim_end_matches('/').is_empty()
+                && !rest.trim_end_matches('/').contains(['/', '?', '#'])
+        });
+        if !well_formed {
+            return Err(key_err(
+                file,
+                at,
+                "must be an origin <scheme>://<host>[:<port>], with no path",
+            ));
+        }
+        if origin.contains('*') {
+            return Err(key_err(
+                file,
+                at,
+                "wildcards are not accepted: name each origin",
+            ));
+        }
+        origins.push(origin.to_owned());
+    }
+    Ok(origins)
 }
 
 /// The name inside `{"$secret": "<name>"}`, when `value` is exactly that.
@@ -297,6 +355,25 @@ mod tests {
         assert!(err.to_string().contains("plugins[1]: a appears twice"));
         let err = layer_of(r#"{"connectionToken": 5}"#).expect_err("token");
         assert!(err.to_string().contains("connectionToken: must be"));
+        let err = layer_of(r#"{"allowedOrigins": ["https://a.dev", "https://b.dev/x"]}"#)
+            .expect_err("path in an origin");
+        assert!(
+            err.to_string()
+                .starts_with("/cfg/config.json: allowedOrigins[1]: must be an origin"),
+            "{err}"
+        );
+        let err = layer_of(r#"{"allowedOrigins": ["https://*.dev"]}"#).expect_err("wildcard");
+        assert!(err.to_string().contains("wildcards"), "{err}");
+        let err = layer_of(r#"{"resourceDeny": ["~/x", 3]}"#).expect_err("not a path");
+        assert!(
+            err.to_string().contains("resourceDeny[1]: must be a path"),
+            "{err}"
+        );
+        let ok = layer_of(r#"{"allowedOrigins": ["https://vscode.dev"]}"#).expect("valid");
+        assert_eq!(
+            ok.allowed_origins,
+            Some(vec!["https://vscode.dev".to_owned()])
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::cli::RunArgs;
 use crate::locations::{self, Locations, NoHome};
+use crate::token::TOKEN_ENV;
 
 mod keys;
 
@@ -63,6 +64,8 @@ pub enum Source {
     File(PathBuf),
     /// The command line.
     Flag,
+    /// An environment variable.
+    Env(&'static str),
 }
 
 impl fmt::Display for Source {
@@ -71,6 +74,7 @@ impl fmt::Display for Source {
             Source::Default => f.write_str("default"),
             Source::File(p) => write!(f, "{}", p.display()),
             Source::Flag => f.write_str("flag"),
+            Source::Env(name) => write!(f, "environment ({name})"),
         }
     }
 }
@@ -93,11 +97,10 @@ impl<T> Sourced<T> {
     }
 }
 
-/// How connections are authenticated.
+/// How connections are authenticated. With no token option, the default is the token file in
+/// the configuration folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSetting {
-    /// No token option given (allowed on loopback only).
-    Unset,
     /// A literal token.
     Literal(vault::Secret),
     /// A token kept in the vault under this name.
@@ -136,6 +139,10 @@ pub struct Settings {
     pub delta_window_ms: Sourced<u64>,
     /// The `plugins` array of the files.
     pub plugins: Sourced<Vec<PluginEntry>>,
+    /// Web origins whose pages may connect (`allowedOrigins`).
+    pub allowed_origins: Sourced<Vec<String>>,
+    /// Files and folders never served as resources, besides the built-in ones (`resourceDeny`).
+    pub resource_deny: Sourced<Vec<PathBuf>>,
 }
 
 /// Reads and merges the configuration files (no flags).
@@ -145,9 +152,11 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         paths: Sourced::default(vec![locations::home()?]),
         host: Sourced::default(DEFAULT_HOST.to_owned()),
         port: Sourced::default(DEFAULT_PORT),
-        token: Sourced::default(TokenSetting::Unset),
+        token: Sourced::default(TokenSetting::File(loc.token())),
         delta_window_ms: Sourced::default(DEFAULT_DELTA_WINDOW_MS),
         plugins: Sourced::default(Vec::new()),
+        allowed_origins: Sourced::default(Vec::new()),
+        resource_deny: Sourced::default(Vec::new()),
     };
     // Token keys across every file, so two of them in the merged result can be named together.
     let mut token_keys: Vec<(&'static str, PathBuf, TokenSetting)> = Vec::new();
@@ -183,6 +192,18 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         }
         if let Some(v) = layer.plugins {
             settings.plugins = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.allowed_origins {
+            settings.allowed_origins = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.resource_deny {
+            settings.resource_deny = Sourced {
                 value: v,
                 source: from(),
             };
@@ -282,6 +303,13 @@ impl Settings {
                 value,
                 source: Source::Flag,
             };
+        } else if let Some(t) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+            // Over the files, under the flags: a variable set for one run outranks what the
+            // files say, as a flag would.
+            self.token = Sourced {
+                value: TokenSetting::Literal(vault::Secret::new(t)),
+                source: Source::Env(TOKEN_ENV),
+            };
         }
         Ok(())
     }
@@ -309,7 +337,6 @@ impl Settings {
         );
         row("port", Value::from(self.port.value), &self.port.source);
         let (key, value) = match &self.token.value {
-            TokenSetting::Unset => ("connectionToken", Value::Null),
             TokenSetting::Literal(_) => ("connectionToken", Value::String("<set>".into())),
             TokenSetting::SecretRef(name) => {
                 ("connectionToken", serde_json::json!({"$secret": name}))
@@ -339,6 +366,28 @@ impl Settings {
             })
             .collect();
         row("plugins", Value::Array(plugins), &self.plugins.source);
+        let origins: Vec<Value> = self
+            .allowed_origins
+            .value
+            .iter()
+            .map(|o| Value::String(o.clone()))
+            .collect();
+        row(
+            "allowedOrigins",
+            Value::Array(origins),
+            &self.allowed_origins.source,
+        );
+        let deny: Vec<Value> = self
+            .resource_deny
+            .value
+            .iter()
+            .map(|p| Value::String(p.display().to_string()))
+            .collect();
+        row(
+            "resourceDeny",
+            Value::Array(deny),
+            &self.resource_deny.source,
+        );
         out
     }
 }

@@ -48,15 +48,23 @@ fn no_plugin_enabled_exits_2_with_a_hint() {
 }
 
 #[test]
-fn a_non_loopback_host_needs_a_token_option() {
+fn an_empty_token_file_stops_the_start_naming_the_file() {
     let env = Env::new();
-    let out = env.run(&["--host", "0.0.0.0", "--plugin", ECHO]);
+    env.write_base("{}");
+    std::fs::write(env.dir().join("token"), "\n").unwrap();
+    let out = env.run(&["--host", "0.0.0.0", "--port", "0", "--plugin", ECHO]);
     assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
     assert_eq!(
-        text(&out.stderr).trim(),
-        "ahpd: --host 0.0.0.0 is not a loopback address: give --connection-token, \
-         --connection-token-file or --without-connection-token"
+        err.lines().last().unwrap_or(""),
+        format!(
+            "ahpd: {}: the token file is empty",
+            env.dir().join("token").display()
+        )
     );
+    // The file was left readable by others (the umask of the test): it is narrowed first.
+    assert!(err.contains("its mode is now 0600"), "{err}");
+    assert_eq!(mode(&env.dir().join("token")), 0o600);
 }
 
 #[test]

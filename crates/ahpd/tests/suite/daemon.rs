@@ -47,13 +47,14 @@ fn a_token_file_is_created_and_required() {
     assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(mode(&token_file), 0o600);
     rt().block_on(async {
-        let refused = ahp_ws::WebSocketTransport::connect(&daemon.address).await;
+        let refused = ahp_ws::WebSocketTransport::connect(&daemon.base()).await;
         let err = refused
             .err()
             .expect("connect without a token must fail")
             .to_string();
         assert!(err.contains("401"), "{err}");
-        let with = format!("{}/?tkn={token}", daemon.address);
+        let with = format!("{}/?tkn={token}", daemon.base());
+        assert_eq!(with, daemon.address, "the listening line carries the token");
         assert!(ahp_ws::WebSocketTransport::connect(&with).await.is_ok());
     });
     let log = daemon.log_text();
@@ -171,7 +172,7 @@ fn the_connection_token_is_never_logged_even_at_trace() {
         "token-trace.log",
     );
     rt().block_on(async {
-        let url = format!("{}/?tkn={token}", daemon.address);
+        let url = format!("{}/?tkn={token}", daemon.base());
         let transport = ahp_ws::WebSocketTransport::connect(&url).await.unwrap();
         let client = ahp::client::Client::connect(transport, Default::default())
             .await

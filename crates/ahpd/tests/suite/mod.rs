@@ -6,6 +6,7 @@ mod daemon;
 mod plugins;
 mod process;
 mod records;
+mod security;
 mod sessions;
 mod shutdown;
 mod support;

@@ -135,6 +135,11 @@ fn restart_is_refused_while_a_turn_runs() {
         serde_json::from_str(&std::fs::read_to_string(env.dir().join("daemon.json")).unwrap())
             .unwrap();
     let address = record["address"].as_str().unwrap().to_owned();
+    assert!(
+        !address.contains("tkn"),
+        "daemon.json never holds the token"
+    );
+    let address = format!("{address}/?tkn={}", default_token(&env));
     let rt = rt();
     let (client, uri) = rt.block_on(async {
         let (client, _) = client(&address).await;

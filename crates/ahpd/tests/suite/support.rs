@@ -140,13 +140,19 @@ fn collect(dir: &Path, needle: &[u8], out: &mut Vec<PathBuf>) {
 pub struct Daemon {
     pub child: Child,
     _stdout: BufReader<ChildStdout>,
+    /// The URL its listening line prints, with `?tkn=` when it has a token.
     pub address: String,
     pub log: PathBuf,
 }
 
 impl Daemon {
+    /// The address without the token.
+    pub fn base(&self) -> String {
+        base_of(&self.address)
+    }
+
     pub fn port(&self) -> u16 {
-        self.address.rsplit(':').next().unwrap().parse().unwrap()
+        self.base().rsplit(':').next().unwrap().parse().unwrap()
     }
 
     /// SIGTERM, then the exit code.
@@ -166,6 +172,23 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `ws://host:port` of a URL that may carry `/?tkn=`.
+pub fn base_of(url: &str) -> String {
+    url.split("/?")
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// The token of the default token file, which every daemon started without a token option uses.
+pub fn default_token(env: &Env) -> String {
+    fs::read_to_string(env.dir().join("token"))
+        .unwrap()
+        .trim()
+        .to_owned()
 }
 
 pub fn text(out: &[u8]) -> String {
