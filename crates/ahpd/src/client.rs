@@ -43,7 +43,7 @@ pub async fn answers_ping(address: &str, token: Option<&str>) -> bool {
 }
 
 /// Percent-encodes everything but unreserved characters.
-fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -56,7 +56,7 @@ fn encode(s: &str) -> String {
 }
 
 /// A transport error may echo the URL; the token must not reach the screen.
-fn scrub(text: &str, token: Option<&str>) -> String {
+pub(crate) fn scrub(text: &str, token: Option<&str>) -> String {
     match token {
         Some(t) if !t.is_empty() => text
             .replace(t, "<redacted>")

@@ -22,6 +22,7 @@ mod process;
 mod records;
 mod serve;
 mod sys;
+mod term;
 mod vault;
 
 use clap::Parser;
@@ -108,6 +109,18 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             logs::init("warn");
             commands::vault_cmd(&loc, &cmd)?;
             Ok(0)
+        }
+        Some(Command::Run(opts)) => {
+            logs::init("warn");
+            Ok(term::run(&loc, &opts)?)
+        }
+        Some(Command::Chat(opts)) => {
+            logs::init("warn");
+            Ok(term::chat(&loc, &opts)?)
+        }
+        Some(Command::Sessions(opts)) => {
+            logs::init("warn");
+            Ok(term::sessions(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
             commands::completion(shell);

@@ -99,7 +99,7 @@ pub fn remove_record_if_ours(path: &Path) {
 }
 
 /// The live daemon named by `daemon.json`; a stale record is removed.
-fn running(loc: &Locations) -> Option<DaemonRecord> {
+pub(crate) fn running(loc: &Locations) -> Option<DaemonRecord> {
     let path = loc.daemon_record();
     let record = read_record(&path)?;
     if sys::alive(record.pid) && sys::is_ahpd(record.pid) {
@@ -242,7 +242,7 @@ fn stop_pid(loc: &Locations, pid: u32) -> Result<(), ProcessError> {
 
 /// The token a client of the recorded daemon presents, derived from its recorded options and
 /// the configuration.
-fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
+pub(crate) fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
     let mut args = vec!["ahpd".to_owned()];
     args.extend(record.argv.iter().cloned());
     let cli = Cli::try_parse_from(args).ok()?;

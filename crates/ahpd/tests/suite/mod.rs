@@ -9,4 +9,8 @@ mod records;
 mod sessions;
 mod shutdown;
 mod support;
+mod term_chat;
+mod term_run;
+mod term_sessions;
+mod term_support;
 mod vault;

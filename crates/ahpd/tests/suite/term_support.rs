@@ -1,0 +1,106 @@
+//! For the terminal client's tests: the cofold engine pointed at the scripted endpoint, a work
+//! folder, a detached daemon stopped when the test ends, and the replies of a coding turn.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use testkit::{Endpoint, Frame, Reply, chunk};
+
+use super::support::*;
+
+/// The configuration: the cofold plugin on the endpoint, and a port nothing listens on (1 needs
+/// root to bind), so only a daemon started by the test can answer.
+pub fn configure(env: &Env, ep: &Endpoint) {
+    let config = json!({
+        "port": 1,
+        "plugins": [{
+            "name": "@ahpd/agent-cofold",
+            "options": { "baseUrl": ep.base_url(), "model": "m" }
+        }]
+    });
+    env.write_base(&config.to_string());
+}
+
+/// A work folder holding `a.txt`.
+pub fn work(env: &Env) -> PathBuf {
+    let dir = env.root.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.txt"), "hello\n").unwrap();
+    dir.canonicalize().unwrap()
+}
+
+/// A streamed reply calling one tool.
+pub fn call(id: &str, name: &str, input: Value) -> Reply {
+    Reply::stream(vec![
+        Frame::Chunk(chunk::role()),
+        Frame::Chunk(chunk::tool_call(
+            0,
+            Some(id),
+            Some(name),
+            &input.to_string(),
+        )),
+        Frame::Chunk(chunk::finish("tool_calls")),
+        Frame::Chunk(chunk::usage(10, 5)),
+    ])
+}
+
+/// Read `a.txt`, edit it, run a command, then answer `answer`.
+pub fn coding_turn(answer: &str) -> Vec<Reply> {
+    vec![
+        call("c1", "read_file", json!({ "path": "a.txt" })),
+        call(
+            "c2",
+            "edit_file",
+            json!({ "path": "a.txt", "old": "hello", "new": "goodbye" }),
+        ),
+        call("c3", "shell_exec", json!({ "command": "cat a.txt" })),
+        Reply::text_stream(answer),
+    ]
+}
+
+/// A detached daemon (`ahpd start`), stopped when dropped.
+pub struct Started<'a> {
+    env: &'a Env,
+    pub address: String,
+}
+
+impl<'a> Started<'a> {
+    pub fn new(env: &'a Env) -> Started<'a> {
+        let out = env.run(&["start", "--port", "0"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let record: Value =
+            serde_json::from_str(&std::fs::read_to_string(env.dir().join("daemon.json")).unwrap())
+                .unwrap();
+        Started {
+            env,
+            address: record["address"].as_str().unwrap().to_owned(),
+        }
+    }
+}
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        let _ = self.env.run(&["stop"]);
+    }
+}
+
+/// `ahpd run` with these arguments in the work folder.
+pub fn run(env: &Env, work: &std::path::Path, args: &[&str]) -> std::process::Output {
+    env.cmd()
+        .arg("run")
+        .arg("--path")
+        .arg(work)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The session URI `ahpd run` named on standard error.
+pub fn session_of(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no session line in {stderr}"))
+        .to_owned()
+}
