@@ -31,11 +31,7 @@ impl Place {
                 "options": { "baseUrl": ep.base_url(), "model": "m" }
             }]
         });
-        std::fs::write(
-            root.path().join("xdg/ahpd/config.json"),
-            config.to_string(),
-        )
-        .unwrap();
+        std::fs::write(root.path().join("xdg/ahpd/config.json"), config.to_string()).unwrap();
         Place { root }
     }
 
@@ -55,7 +51,12 @@ impl Place {
 /// Spawns `args` and returns the time to the first byte on standard output; waits for the exit.
 fn first_byte(place: &Place, args: &[&str]) -> Duration {
     let start = Instant::now();
-    let mut child = place.cmd().args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = place
+        .cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut byte = [0u8; 1];
     assert_eq!(out.read(&mut byte).unwrap(), 1, "no output from {args:?}");

@@ -323,13 +323,14 @@ impl Loop<'_> {
                 self.printer.note(&format!("mode {mode}"));
             }
             "mode" if MODES.contains(&arg) => {
-                self.conv.configure(self.conn, "permissionMode", arg).await?;
+                self.conv
+                    .configure(self.conn, "permissionMode", arg)
+                    .await?;
                 self.printer.note(&format!("mode set to {arg}"));
             }
-            "mode" => self.printer.note(&format!(
-                "{arg} is not a mode: one of {}",
-                MODES.join(", ")
-            )),
+            "mode" => self
+                .printer
+                .note(&format!("{arg} is not a mode: one of {}", MODES.join(", "))),
             "sessions" => {
                 let mut rows = super::sessions::listed(self.conn).await?;
                 rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
@@ -377,13 +378,18 @@ impl Loop<'_> {
         if let Some(last) = self.conv.chat_state.turns.last() {
             eprintln!(
                 "{}",
-                self.style
-                    .dim(&format!("last: {}", super::render::one_line(&last.message.text)))
+                self.style.dim(&format!(
+                    "last: {}",
+                    super::render::one_line(&last.message.text)
+                ))
             );
         }
     }
 
-    async fn action(&mut self, env: ahp_types::actions::ActionEnvelope) -> Result<(), CommandError> {
+    async fn action(
+        &mut self,
+        env: ahp_types::actions::ActionEnvelope,
+    ) -> Result<(), CommandError> {
         use ahp_types::actions::StateAction as A;
         let shows = matches!(
             env.action,

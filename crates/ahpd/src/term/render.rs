@@ -223,10 +223,7 @@ impl Printer {
                 self.note(&self.style.dim(&line));
             }
             StateAction::ChatError(a) => {
-                let line = format!(
-                    "ahpd: the turn failed: {}",
-                    one_line(&a.part.error.message)
-                );
+                let line = format!("ahpd: the turn failed: {}", one_line(&a.part.error.message));
                 self.note(&self.style.red(&line));
             }
             _ => {}

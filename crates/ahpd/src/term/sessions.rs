@@ -210,7 +210,7 @@ fn print_turn(turn: &Turn, style: Style) {
                         "• {} {}: {}",
                         c.tool_name,
                         one_line(text_of(&c.invocation_message)),
-                        serde_json::to_value(&c.reason)
+                        serde_json::to_value(c.reason)
                             .ok()
                             .and_then(|v| v.as_str().map(str::to_owned))
                             .unwrap_or_else(|| "cancelled".into())

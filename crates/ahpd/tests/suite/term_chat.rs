@@ -135,7 +135,10 @@ fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
     .unwrap();
     configure(&env, &ep);
     let mut cmd = env.cmd();
-    cmd.arg("chat").arg("--path").arg(&work).args(["--mode", "default"]);
+    cmd.arg("chat")
+        .arg("--path")
+        .arg(&work)
+        .args(["--mode", "default"]);
     // Plain text, so the expectations need no escape codes.
     cmd.env("NO_COLOR", "1");
     let mut pty = Pty::spawn(cmd);

@@ -15,7 +15,11 @@ fn assert_coding_turn(out: &std::process::Output, work: &std::path::Path) {
         std::fs::read_to_string(work.join("a.txt")).unwrap(),
         "goodbye\n"
     );
-    for tool in ["read_file a.txt: ok", "edit_file a.txt: ok", "shell_exec cat a.txt: ok"] {
+    for tool in [
+        "read_file a.txt: ok",
+        "edit_file a.txt: ok",
+        "shell_exec cat a.txt: ok",
+    ] {
         assert!(stderr.contains(&format!("• {tool}")), "{tool} in {stderr}");
     }
     assert!(stderr.contains("tokens in"), "{stderr}");
@@ -49,7 +53,11 @@ fn a_coding_turn_runs_in_process_when_no_daemon_runs() {
     configure(&env, &ep);
     let out = run(&env, &work, &["--mode", "default", "--yes", "change hello"]);
     assert_coding_turn(&out, &work);
-    assert!(text(&out.stderr).contains("on in-process"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("on in-process"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 fn denied_without_a_terminal(daemon: bool) {
@@ -122,7 +130,9 @@ fn json_lines(daemon: bool) {
         .collect();
     let parts: String = lines
         .iter()
-        .filter(|l| l["action"]["type"] == "chat/responsePart" && l["action"]["part"]["kind"] == "markdown")
+        .filter(|l| {
+            l["action"]["type"] == "chat/responsePart" && l["action"]["part"]["kind"] == "markdown"
+        })
         .map(|l| l["action"]["part"]["content"].as_str().unwrap())
         .collect();
     assert_eq!(format!("{parts}{reply}"), "done");
@@ -181,7 +191,10 @@ fn a_session_another_client_created_is_continued() {
         client.dispatch(chat.clone(), started).await.unwrap();
         loop {
             if let Some(ahp::client::SubscriptionEvent::Action(env)) = sub.recv().await
-                && matches!(env.action, ahp_types::actions::StateAction::ChatTurnComplete(_))
+                && matches!(
+                    env.action,
+                    ahp_types::actions::StateAction::ChatTurnComplete(_)
+                )
             {
                 break;
             }
@@ -195,7 +208,10 @@ fn a_session_another_client_created_is_continued() {
     let bodies = ep.chat_bodies();
     assert_eq!(bodies.len(), 2);
     let sent = bodies[1]["messages"].to_string();
-    assert!(sent.contains("apricot") && sent.contains("first answer"), "{sent}");
+    assert!(
+        sent.contains("apricot") && sent.contains("first answer"),
+        "{sent}"
+    );
     assert!(sent.contains("which word?"), "{sent}");
 }
 
@@ -211,7 +227,11 @@ fn a_missing_prompt_is_a_usage_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("the prompt is empty"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("the prompt is empty"),
+        "{}",
+        text(&out.stderr)
+    );
     let bad_mode = run(&env, &work, &["--mode", "sometimes", "hi"]);
     assert_eq!(bad_mode.status.code(), Some(2));
 }

@@ -45,7 +45,11 @@ fn a_run_is_listed_shown_and_removed() {
     let list = env.run(&["sessions", "--json"]);
     let rows: Value = serde_json::from_slice(&list.stdout).unwrap();
     assert!(
-        !rows.as_array().unwrap().iter().any(|r| r["uri"] == uri.as_str()),
+        !rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["uri"] == uri.as_str()),
         "{rows}"
     );
     let again = env.run(&["sessions", "rm", &uri]);
