@@ -235,3 +235,74 @@ fn a_missing_prompt_is_a_usage_error() {
     let bad_mode = run(&env, &work, &["--mode", "sometimes", "hi"]);
     assert_eq!(bad_mode.status.code(), Some(2));
 }
+
+#[test]
+fn ctrl_c_stops_the_turn_with_exit_code_130() {
+    use std::io::Read;
+    let env = Env::new();
+    let work = work(&env);
+    let gate = testkit::Gate::new();
+    let ep = Endpoint::with_replies(vec![Reply::stream(vec![
+        testkit::Frame::Chunk(testkit::chunk::role()),
+        testkit::Frame::Chunk(testkit::chunk::text("partial")),
+        testkit::Frame::Gate(gate.clone()),
+        testkit::Frame::Chunk(testkit::chunk::text(" never")),
+    ])])
+    .unwrap();
+    configure(&env, &ep);
+    let mut child = env
+        .cmd()
+        .arg("run")
+        .arg("--path")
+        .arg(&work)
+        .arg("talk")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("partial") {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "the reply never began");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    gate.open();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("the turn was stopped"), "{stderr}");
+}
+
+#[test]
+fn the_token_file_in_the_configuration_folder_is_presented() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::with_replies(vec![Reply::text_stream("with a token")]).unwrap();
+    configure(&env, &ep);
+    let token_file = env.dir().join("token");
+    let out = env
+        .cmd()
+        .args(["start", "--port", "0", "--connection-token-file"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    struct Stop<'a>(&'a Env);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.run(&["stop"]);
+        }
+    }
+    let _stop = Stop(&env);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.trim().len(), 64);
+    let out = run(&env, &work, &["hello"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim_end(), "with a token");
+    assert!(text(&out.stderr).contains("on ws://"), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains(token.trim()));
+}
