@@ -99,6 +99,7 @@ pub fn run(loc: &Locations, opts: &RunOpts) -> Result<i32, CommandError> {
             in_process: opts.in_process,
         };
         let conn = connect(loc, &target).await?;
+        tracing::debug!(place = %conn.place, "connected");
         let interactive = !from_stdin && std::io::stdin().is_terminal();
         let result = one_turn(&conn, opts, &prompt, &dir, interactive).await;
         conn.close().await;
@@ -129,6 +130,7 @@ async fn one_turn(
             Conversation::create(conn, dir, &new).await?
         }
     };
+    tracing::debug!(session = %conv.session, "session open");
     let dir = session_dir(&conv, dir);
     let mut printer = Printer::new(opts.json, opts.show_reasoning);
     let mut interrupts = signal(SignalKind::interrupt())
@@ -147,6 +149,7 @@ async fn one_turn(
                 let Some(env) = env else {
                     return Err(CommandError::Failed("the connection to the host ended during the turn".into()));
                 };
+                tracing::trace!(seq = env.server_seq, "action");
                 printer.show(&env);
                 if let Some(why) = &env.rejection_reason
                     && matches!(&env.action, StateAction::ChatTurnStarted(s) if s.turn_id == turn)
