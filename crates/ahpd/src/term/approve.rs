@@ -195,3 +195,55 @@ pub fn no_terminal_sentence(ask: &Ask) -> String {
         ask.tool, ask.subject
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ask(tool: &str, input: Value) -> Ask {
+        Ask {
+            turn: "t".into(),
+            call: "c".into(),
+            tool: tool.into(),
+            subject: "a.txt".into(),
+            input: Some(input),
+        }
+    }
+
+    #[test]
+    fn answers_are_read_from_a_letter_or_a_word() {
+        assert_eq!(parse_answer(" Y\n"), Some(Answer::Once));
+        assert_eq!(parse_answer("always"), Some(Answer::Session));
+        assert!(matches!(parse_answer("n"), Some(Answer::Deny(_))));
+        assert_eq!(parse_answer("maybe"), None);
+    }
+
+    #[test]
+    fn an_edit_shows_the_lines_it_changes_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\nhello\nthree\n").unwrap();
+        let edit = ask(
+            "edit_file",
+            json!({ "path": "a.txt", "old": "hello", "new": "goodbye" }),
+        );
+        let diff = diff_of(&edit, dir.path()).unwrap();
+        assert!(diff.contains("-hello\n+goodbye\n"), "{diff}");
+        assert!(diff.contains(" one\n"), "{diff}");
+        // Text the file no longer holds: the replacement itself.
+        let stale = ask(
+            "edit_file",
+            json!({ "path": "a.txt", "old": "absent", "new": "x" }),
+        );
+        assert_eq!(
+            diff_of(&stale, dir.path()).unwrap(),
+            "--- a/a.txt\n+++ b/a.txt\n-absent\n+x\n"
+        );
+        let write = ask(
+            "write_file",
+            json!({ "path": "new.txt", "content": "fresh\n" }),
+        );
+        assert!(diff_of(&write, dir.path()).unwrap().contains("+fresh\n"));
+        assert!(diff_of(&ask("read_file", json!({ "path": "a.txt" })), dir.path()).is_none());
+    }
+}

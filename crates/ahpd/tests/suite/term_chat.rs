@@ -1,112 +1,11 @@
 //! `ahpd chat` in a pseudo-terminal: a message, an approval answered `y`, the reply, a steered
 //! turn and a stopped one.
 
-use std::io::{Read, Write};
-use std::process::Child;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
-
 use serde_json::json;
 use testkit::{Endpoint, Frame, Gate, Reply, chunk};
 
 use super::support::*;
 use super::term_support::*;
-
-/// Long enough never to pass on a healthy run; only turns a hang into a failure.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The program's side of a pseudo-terminal and everything it wrote so far.
-struct Pty {
-    master: std::fs::File,
-    seen: Arc<(Mutex<String>, Condvar)>,
-    cursor: usize,
-    child: Child,
-}
-
-impl Pty {
-    fn spawn(mut cmd: std::process::Command) -> Pty {
-        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-        grantpt(&master).unwrap();
-        unlockpt(&master).unwrap();
-        let size = rustix::termios::Winsize {
-            ws_row: 40,
-            ws_col: 200,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        rustix::termios::tcsetwinsize(&master, size).unwrap();
-        let name = ptsname(&master, Vec::new()).unwrap();
-        let slave = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(name.to_str().unwrap())
-            .unwrap();
-        let child = cmd
-            .stdin(slave.try_clone().unwrap())
-            .stdout(slave.try_clone().unwrap())
-            .stderr(slave)
-            .spawn()
-            .unwrap();
-        let master = std::fs::File::from(master);
-        let seen: Arc<(Mutex<String>, Condvar)> = Arc::default();
-        let mut reader = master.try_clone().unwrap();
-        let sink = seen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            // The read fails once every holder of the terminal's other side has gone.
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let (text, ready) = &*sink;
-                text.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-                ready.notify_all();
-            }
-        });
-        Pty {
-            master,
-            seen,
-            cursor: 0,
-            child,
-        }
-    }
-
-    /// Waits until `needle` appears after what earlier expectations consumed.
-    fn expect(&mut self, needle: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        let (text, ready) = &*self.seen;
-        let mut guard = text.lock().unwrap();
-        loop {
-            if let Some(at) = guard[self.cursor..].find(needle) {
-                self.cursor += at + needle.len();
-                return;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "{needle:?} never came; the screen after the last match:\n{}",
-                &guard[self.cursor..]
-            );
-            guard = ready.wait_timeout(guard, left).unwrap().0;
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        self.master.write_all(line.as_bytes()).unwrap();
-        self.master.write_all(b"\r").unwrap();
-        self.master.flush().unwrap();
-    }
-}
-
-impl Drop for Pty {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
@@ -190,4 +89,55 @@ fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
     pty.send("/quit");
     let status = pty.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn run_in_a_terminal_shows_the_diff_and_takes_no_for_an_answer() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::with_replies(vec![
+        call("c0", "read_file", json!({ "path": "a.txt" })),
+        call(
+            "c1",
+            "edit_file",
+            json!({ "path": "a.txt", "old": "hello", "new": "goodbye" }),
+        ),
+        call(
+            "c2",
+            "write_file",
+            json!({ "path": "b.txt", "content": "new file\n" }),
+        ),
+        Reply::text_stream("kept hello, wrote b"),
+    ])
+    .unwrap();
+    configure(&env, &ep);
+    let mut cmd = env.cmd();
+    cmd.arg("run")
+        .arg("--path")
+        .arg(&work)
+        .args(["--mode", "default", "change hello, add b"])
+        .env("NO_COLOR", "1");
+    let mut pty = Pty::spawn(cmd);
+    pty.expect("approve? edit_file a.txt");
+    pty.expect("-hello");
+    pty.expect("+goodbye");
+    pty.expect("[n] no > ");
+    pty.send("n");
+    pty.expect("• edit_file a.txt: denied");
+    pty.expect("approve? write_file b.txt");
+    pty.expect("+new file");
+    pty.expect("[n] no > ");
+    pty.send("a");
+    pty.expect("• write_file b.txt: ok");
+    pty.expect("kept hello, wrote b");
+    let status = pty.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(work.join("a.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("b.txt")).unwrap(),
+        "new file\n"
+    );
 }

@@ -303,6 +303,38 @@ fn the_token_file_in_the_configuration_folder_is_presented() {
     let out = run(&env, &work, &["hello"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim_end(), "with a token");
-    assert!(text(&out.stderr).contains("on ws://"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("on ws://"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!text(&out.stderr).contains(token.trim()));
+}
+
+#[test]
+fn reasoning_shows_only_when_asked() {
+    let env = Env::new();
+    let work = work(&env);
+    let thinking = || {
+        Reply::stream(vec![
+            testkit::Frame::Chunk(testkit::chunk::role()),
+            testkit::Frame::Chunk(testkit::chunk::reasoning_content("weighing the words")),
+            testkit::Frame::Chunk(testkit::chunk::text("the answer")),
+            testkit::Frame::Chunk(testkit::chunk::finish("stop")),
+        ])
+    };
+    let ep = Endpoint::with_replies(vec![thinking(), thinking()]).unwrap();
+    configure(&env, &ep);
+    let hidden = run(&env, &work, &["think"]);
+    assert_eq!(hidden.status.code(), Some(0), "{}", text(&hidden.stderr));
+    assert_eq!(text(&hidden.stdout).trim_end(), "the answer");
+    assert!(!text(&hidden.stderr).contains("weighing"));
+    let shown = run(&env, &work, &["--show-reasoning", "think"]);
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    assert_eq!(text(&shown.stdout).trim_end(), "the answer");
+    assert!(
+        text(&shown.stderr).contains("weighing the words"),
+        "{}",
+        text(&shown.stderr)
+    );
 }

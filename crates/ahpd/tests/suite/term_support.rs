@@ -1,7 +1,11 @@
 //! For the terminal client's tests: the cofold engine pointed at the scripted endpoint, a work
 //! folder, a detached daemon stopped when the test ends, and the replies of a coding turn.
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::process::Child;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use testkit::{Endpoint, Frame, Reply, chunk};
@@ -103,4 +107,100 @@ pub fn session_of(stderr: &str) -> String {
         .and_then(|l| l.split_whitespace().next())
         .unwrap_or_else(|| panic!("no session line in {stderr}"))
         .to_owned()
+}
+
+/// Long enough never to pass on a healthy run; only turns a hang into a failure.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The program's side of a pseudo-terminal and everything it wrote so far.
+pub struct Pty {
+    master: std::fs::File,
+    seen: Arc<(Mutex<String>, Condvar)>,
+    cursor: usize,
+    pub child: Child,
+}
+
+impl Pty {
+    pub fn spawn(mut cmd: std::process::Command) -> Pty {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let size = rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: 200,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&master, size).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name.to_str().unwrap())
+            .unwrap();
+        let child = cmd
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave)
+            .spawn()
+            .unwrap();
+        let master = std::fs::File::from(master);
+        let seen: Arc<(Mutex<String>, Condvar)> = Arc::default();
+        let mut reader = master.try_clone().unwrap();
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // The read fails once every holder of the terminal's other side has gone.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let (text, ready) = &*sink;
+                text.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                ready.notify_all();
+            }
+        });
+        Pty {
+            master,
+            seen,
+            cursor: 0,
+            child,
+        }
+    }
+
+    /// Waits until `needle` appears after what earlier expectations consumed.
+    pub fn expect(&mut self, needle: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        let (text, ready) = &*self.seen;
+        let mut guard = text.lock().unwrap();
+        loop {
+            if let Some(at) = guard[self.cursor..].find(needle) {
+                self.cursor += at + needle.len();
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "{needle:?} never came; the screen after the last match:\n{}",
+                &guard[self.cursor..]
+            );
+            guard = ready.wait_timeout(guard, left).unwrap().0;
+        }
+    }
+
+    pub fn send(&mut self, line: &str) {
+        self.master.write_all(line.as_bytes()).unwrap();
+        self.master.write_all(b"\r").unwrap();
+        self.master.flush().unwrap();
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
