@@ -197,6 +197,7 @@ pub fn no_terminal_sentence(ask: &Ask) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
