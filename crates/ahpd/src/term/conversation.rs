@@ -106,16 +106,21 @@ impl Conversation {
     pub async fn open(conn: &Conn, session: &str) -> Result<Conversation, CommandError> {
         // Subscribed to before the snapshots are asked for, so no action falls between them.
         let events = conn.client.events();
-        let (session_seq, state) = snapshot(conn, session).await?;
+        // The session and its usual default chat are asked for together, saving a round trip.
+        let usual = ahpd_sdk::util::default_chat_uri(session);
+        let (session_snap, usual_snap) =
+            tokio::join!(snapshot(conn, session), snapshot(conn, &usual));
+        let (session_seq, state) = session_snap?;
         let session_state = match state {
             SnapshotState::Session(s) => *s,
             _ => return Err(usage(format!("{session} is not a session"))),
         };
-        let chat = session_state
-            .default_chat
-            .clone()
-            .unwrap_or_else(|| ahpd_sdk::util::default_chat_uri(session));
-        let (chat_seq, state) = snapshot(conn, &chat).await?;
+        let chat = session_state.default_chat.clone().unwrap_or(usual.clone());
+        let (chat_seq, state) = if chat == usual {
+            usual_snap?
+        } else {
+            snapshot(conn, &chat).await?
+        };
         let chat_state = match state {
             SnapshotState::Chat(c) => *c,
             _ => return Err(failed(format!("{chat} is not a chat"))),

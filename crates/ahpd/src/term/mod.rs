@@ -138,18 +138,23 @@ async fn connect_ws(address: &str, token: Option<&str>) -> Result<(Client, RootS
 
 async fn initialize(client: &Client) -> Result<RootState, String> {
     let id = format!("ahpd-term-{}", uuid::Uuid::new_v4().simple());
-    client
-        .initialize(id, vec!["1.0.0".into()], Vec::new())
+    // The root comes with the answer, which saves a round trip before the first turn.
+    let result = client
+        .initialize(
+            id,
+            vec!["1.0.0".into()],
+            vec![ahp_types::ROOT_RESOURCE_URI.into()],
+        )
         .await
         .map_err(|e| e.to_string())?;
-    let (result, _sub) = client
-        .subscribe(ahp_types::ROOT_RESOURCE_URI.into())
-        .await
-        .map_err(|e| e.to_string())?;
-    match result.snapshot.map(|s| s.state) {
-        Some(SnapshotState::Root(root)) => Ok(*root),
-        _ => Err("the root channel has no state".into()),
-    }
+    result
+        .snapshots
+        .into_iter()
+        .find_map(|s| match s.state {
+            SnapshotState::Root(root) => Some(*root),
+            _ => None,
+        })
+        .ok_or_else(|| "the root channel has no state".into())
 }
 
 /// Connects to the daemon for this configuration folder, else builds the host here.
