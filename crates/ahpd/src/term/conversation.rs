@@ -300,9 +300,11 @@ fn user_message(text: &str) -> Message {
 }
 
 async fn snapshot(conn: &Conn, uri: &str) -> Result<(u64, SnapshotState), CommandError> {
-    let (result, _sub) = conn
+    // Asked for directly: `Client::subscribe` would also open a per-channel queue as large as
+    // the event queue, and this client reads every action from that one queue.
+    let result: ahp_types::commands::SubscribeResult = conn
         .client
-        .subscribe(uri.to_owned())
+        .request("subscribe", json!({ "channel": uri }))
         .await
         .map_err(|e| match &e {
             ahp::ClientError::Rpc(rpc) if rpc.code == -32001 || rpc.code == -32602 => {
