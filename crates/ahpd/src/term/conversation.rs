@@ -13,7 +13,7 @@ use ahp_types::actions::{
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     ChatState, Message, MessageKind, MessageOrigin, ModelSelection, PendingMessageKind,
-    SessionState, SnapshotState, ToolCallCancellationReason,
+    SessionState, SnapshotState, ToolCallCancellationReason, TurnState,
 };
 use serde_json::{Value, json};
 
@@ -259,6 +259,20 @@ impl Conversation {
             replace: None,
         });
         self.dispatch(conn, &self.session, action).await
+    }
+
+    /// How `turn` ended according to a fresh snapshot of the chat, `None` while it runs. The
+    /// event queue skips what a reader falls too far behind on (a blocked standard output), so
+    /// a quiet stream is checked against the host's own state rather than waited on for ever.
+    pub async fn ended(&self, conn: &Conn, turn: &str) -> Result<Option<TurnState>, CommandError> {
+        let (_, state) = snapshot(conn, &self.chat).await?;
+        let SnapshotState::Chat(chat) = state else {
+            return Ok(None);
+        };
+        if chat.active_turn.as_ref().is_some_and(|t| t.id == turn) {
+            return Ok(None);
+        }
+        Ok(chat.turns.iter().find(|t| t.id == turn).map(|t| t.state))
     }
 
     /// A setting's value in force, as the session state shows it.

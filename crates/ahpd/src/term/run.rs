@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
 use ahp_types::actions::StateAction;
+use ahp_types::state::TurnState;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinHandle;
 
@@ -13,6 +14,9 @@ use super::render::Printer;
 use super::{Conn, RunOpts, Target, connect, runtime, work_dir};
 use crate::commands::CommandError;
 use crate::locations::Locations;
+
+/// How long the stream may stay silent before the turn's state is asked for.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Exit code of a turn stopped before its end.
 pub const STOPPED: i32 = 130;
@@ -143,9 +147,13 @@ async fn one_turn(
     let mut denied_unasked = false;
     let mut stopping = false;
     let mut asking: Option<(Ask, JoinHandle<Answer>)> = None;
+    let mut quiet = tokio::time::interval(QUIET);
+    quiet.tick().await;
+    let mut heard = false;
     loop {
         tokio::select! {
             env = conv.next() => {
+                heard = true;
                 let Some(env) = env else {
                     return Err(CommandError::Failed("the connection to the host ended during the turn".into()));
                 };
@@ -196,6 +204,23 @@ async fn one_turn(
             answer = answer_of(&mut asking) => {
                 let Some((ask, _)) = asking.take() else { continue };
                 conv.confirm(conn, &ask.turn, &ask.call, &answer).await?;
+            }
+            _ = quiet.tick() => {
+                if std::mem::take(&mut heard) || asking.is_some() {
+                    continue;
+                }
+                let end = match conv.ended(conn, &turn).await? {
+                    Some(TurnState::Complete) => End::Complete,
+                    Some(TurnState::Error) => End::Failed,
+                    Some(TurnState::Cancelled) => End::Cancelled,
+                    None => continue,
+                };
+                printer.note("ahpd: some of the turn's output was skipped (the reader fell behind)");
+                return Ok(match end {
+                    End::Complete if !denied_unasked => 0,
+                    End::Cancelled => STOPPED,
+                    _ => 1,
+                });
             }
             _ = interrupts.recv() => {
                 if stopping {
