@@ -86,6 +86,13 @@ fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
     pty.expect("(stopped)");
     stop_gate.open();
     pty.expect("you> ");
+    pty.send("/model");
+    pty.expect("model m");
+    pty.send("/sessions");
+    pty.expect("* ");
+    pty.expect("cofold:/");
+    pty.send("/mode sometimes");
+    pty.expect("sometimes is not a mode");
     pty.send("/quit");
     let status = pty.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
