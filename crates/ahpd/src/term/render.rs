@@ -134,6 +134,12 @@ impl Printer {
         eprintln!("{line}");
     }
 
+    /// One line on standard error in either mode: what a script's caller should read too.
+    pub fn warn(&mut self, line: &str) {
+        self.break_line();
+        eprintln!("{line}");
+    }
+
     fn reply(&mut self, text: &str) {
         if text.is_empty() {
             return;

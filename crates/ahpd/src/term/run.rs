@@ -173,7 +173,7 @@ async fn one_turn(
                         asking = Some((ask, tokio::task::spawn_blocking(approve::ask_blocking)));
                     } else {
                         let sentence = approve::no_terminal_sentence(&ask);
-                        printer.note(&format!("ahpd: {sentence}"));
+                        printer.warn(&format!("ahpd: {sentence}"));
                         denied_unasked = true;
                         conv.confirm(conn, &ask.turn, &ask.call, &Answer::Deny(sentence)).await?;
                     }
@@ -191,11 +191,16 @@ async fn one_turn(
                         return Ok(if denied_unasked { 1 } else { 0 });
                     }
                     Some(End::Failed) => {
+                        if opts.json
+                            && let StateAction::ChatError(e) = &env.action
+                        {
+                            printer.warn(&format!("ahpd: the turn failed: {}", e.part.error.message));
+                        }
                         finish(&mut printer, opts.json);
                         return Ok(1);
                     }
                     Some(End::Cancelled) => {
-                        printer.note("ahpd: the turn was stopped");
+                        printer.warn("ahpd: the turn was stopped");
                         return Ok(super::run::STOPPED);
                     }
                     None => {}
@@ -215,7 +220,7 @@ async fn one_turn(
                     Some(TurnState::Cancelled) => End::Cancelled,
                     None => continue,
                 };
-                printer.note("ahpd: some of the turn's output was skipped (the reader fell behind)");
+                printer.warn("ahpd: some of the turn's output was skipped (the reader fell behind)");
                 return Ok(match end {
                     End::Complete if !denied_unasked => 0,
                     End::Cancelled => STOPPED,
@@ -228,7 +233,7 @@ async fn one_turn(
                     return Ok(STOPPED);
                 }
                 stopping = true;
-                printer.note("ahpd: stopping the turn (Ctrl-C again to quit)");
+                printer.warn("ahpd: stopping the turn (Ctrl-C again to quit)");
                 conv.stop(conn, &turn).await?;
             }
         }

@@ -216,6 +216,30 @@ fn a_session_another_client_created_is_continued() {
 }
 
 #[test]
+fn a_failed_turn_exits_1_with_the_reason_in_both_modes() {
+    let env = Env::new();
+    let work = work(&env);
+    // No reply scripted: the endpoint answers every chat request with a server error.
+    let ep = Endpoint::with_replies(vec![]).unwrap();
+    configure(&env, &ep);
+    for json in [false, true] {
+        let mut args = vec!["hello"];
+        if json {
+            args.insert(0, "--json");
+        }
+        let out = run(&env, &work, &args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("ahpd: the turn failed: "), "{stderr}");
+        if json {
+            let last = text(&out.stdout).lines().last().unwrap().to_owned();
+            let last: Value = serde_json::from_str(&last).unwrap();
+            assert_eq!(last["action"]["type"], "chat/error");
+        }
+    }
+}
+
+#[test]
 fn a_missing_prompt_is_a_usage_error() {
     let env = Env::new();
     let work = work(&env);
