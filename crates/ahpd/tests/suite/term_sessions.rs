@@ -6,12 +6,12 @@ use testkit::{Endpoint, Reply};
 use super::support::*;
 use super::term_support::*;
 
-#[test]
-fn a_run_is_listed_shown_and_removed() {
+fn listed_shown_and_removed(daemon: bool) {
     let env = Env::new();
     let work = work(&env);
     let ep = Endpoint::with_replies(vec![Reply::text_stream("the answer is 42")]).unwrap();
     configure(&env, &ep);
+    let _daemon = daemon.then(|| Started::new(&env));
     let out = run(&env, &work, &["what is the answer?"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let uri = session_of(&text(&out.stderr));
@@ -54,4 +54,14 @@ fn a_run_is_listed_shown_and_removed() {
     );
     let again = env.run(&["sessions", "rm", &uri]);
     assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
+}
+
+#[test]
+fn a_run_is_listed_shown_and_removed() {
+    listed_shown_and_removed(false);
+}
+
+#[test]
+fn a_run_is_listed_shown_and_removed_through_the_daemon() {
+    listed_shown_and_removed(true);
 }
