@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use super::approve::{self, Ask};
-use super::conversation::{Answer, Conversation};
+use super::conversation::Conversation;
 use super::render::{Printer, Style};
 use super::run::{End, end_of, new_session, session_dir};
 use super::{ChatOpts, Conn, MODES, Target, connect, runtime, work_dir};
@@ -254,18 +254,21 @@ impl Loop<'_> {
 
     /// Handles one typed line; `false` ends the loop.
     async fn line(&mut self, line: &str) -> Result<bool, CommandError> {
-        if let Some(ask) = self.asking.clone() {
+        // A command wins over a pending question, so `/stop` works while one is asked.
+        if let Some(ask) = self.asking.clone()
+            && !line.starts_with('/')
+        {
             match approve::parse_answer(line) {
                 Some(answer) => {
                     self.asking = None;
                     self.conv
                         .confirm(self.conn, &ask.turn, &ask.call, &answer)
                         .await?;
-                    if answer != Answer::Once && answer != Answer::Session {
-                        self.printer.note("denied");
-                    }
                 }
-                None => eprint!("{}", approve::QUESTION),
+                None => {
+                    eprint!("{}", approve::QUESTION);
+                    let _ = std::io::stderr().flush();
+                }
             }
             return Ok(true);
         }
