@@ -38,7 +38,11 @@ const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "�
 /// Reads lines for the loop: edited lines between turns, plain lines while a turn runs (so
 /// output can stream without a line editor redrawing over it). Standard input that is not a
 /// terminal is read line by line throughout.
-fn reader(tx: mpsc::UnboundedSender<String>, running: Arc<AtomicBool>) {
+fn reader(
+    tx: mpsc::UnboundedSender<String>,
+    done: std::sync::mpsc::Receiver<()>,
+    running: Arc<AtomicBool>,
+) {
     let terminal = std::io::stdin().is_terminal();
     let mut editor = if terminal {
         rustyline::DefaultEditor::new().ok()
@@ -73,6 +77,10 @@ fn reader(tx: mpsc::UnboundedSender<String>, running: Arc<AtomicBool>) {
             running.store(true, Ordering::SeqCst);
         }
         if tx.send(line).is_err() {
+            return;
+        }
+        // The next prompt waits until the line is handled, so a command's output comes first.
+        if done.recv().is_err() {
             return;
         }
     }
@@ -162,9 +170,10 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
     };
     let running = Arc::new(AtomicBool::new(false));
     let (tx, mut lines) = mpsc::unbounded_channel();
+    let (done, handled) = std::sync::mpsc::channel();
     {
         let running = running.clone();
-        std::thread::spawn(move || reader(tx, running));
+        std::thread::spawn(move || reader(tx, handled, running));
     }
     let mut interrupts = signal(SignalKind::interrupt())
         .map_err(|e| CommandError::Failed(format!("cannot catch Ctrl-C: {e}")))?;
@@ -190,6 +199,7 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
                 if !lp.line(line.trim()).await? {
                     break;
                 }
+                let _ = done.send(());
             }
             env = lp.conv.next() => {
                 let Some(env) = env else {
@@ -221,7 +231,12 @@ impl Loop<'_> {
             .conv
             .setting("permissionMode")
             .unwrap_or_else(|| "auto".into());
-        let title = &self.conv.session_state.title;
+        // A session without turns still has the engine's placeholder title.
+        let title = if self.conv.chat_state.turns.is_empty() {
+            ""
+        } else {
+            self.conv.session_state.title.as_str()
+        };
         eprintln!(
             "{}",
             self.style.dim(&format!(

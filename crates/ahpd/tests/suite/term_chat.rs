@@ -148,3 +148,48 @@ fn run_in_a_terminal_shows_the_diff_and_takes_no_for_an_answer() {
         "new file\n"
     );
 }
+
+#[test]
+fn chat_starts_a_new_session_and_resumes_the_first() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::with_replies(vec![
+        Reply::text_stream("noted the plum"),
+        Reply::text_stream("fresh start"),
+        Reply::text_stream("it was a plum"),
+    ])
+    .unwrap();
+    configure(&env, &ep);
+    let mut cmd = env.cmd();
+    cmd.arg("chat")
+        .arg("--path")
+        .arg(&work)
+        .env("NO_COLOR", "1");
+    let mut pty = Pty::spawn(cmd);
+    pty.expect("you> ");
+    let first = pty.word_starting("cofold:/");
+    pty.send("remember the plum");
+    pty.expect("noted the plum");
+    pty.expect("you> ");
+    pty.send("/new");
+    pty.expect(" · new · ");
+    pty.expect("you> ");
+    pty.send("hello again");
+    pty.expect("fresh start");
+    pty.expect("you> ");
+    pty.send(&format!("/resume {first}"));
+    pty.expect("last: remember the plum");
+    pty.expect("you> ");
+    pty.send("what was it?");
+    pty.expect("it was a plum");
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(!bodies[1]["messages"].to_string().contains("plum"));
+    let resumed = bodies[2]["messages"].to_string();
+    assert!(
+        resumed.contains("remember the plum") && !resumed.contains("hello again"),
+        "{resumed}"
+    );
+    pty.send("/quit");
+    assert_eq!(pty.child.wait().unwrap().code(), Some(0));
+}

@@ -191,6 +191,19 @@ impl Pty {
         }
     }
 
+    /// The first word starting with `prefix` on the screen so far.
+    pub fn word_starting(&self, prefix: &str) -> String {
+        let text = self.seen.0.lock().unwrap();
+        let at = text
+            .find(prefix)
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"));
+        text[at..]
+            .split(|c: char| c.is_whitespace())
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
     pub fn send(&mut self, line: &str) {
         self.master.write_all(line.as_bytes()).unwrap();
         self.master.write_all(b"\r").unwrap();
