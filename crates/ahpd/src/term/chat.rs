@@ -72,14 +72,11 @@ fn reader(
                 None => return,
             },
         };
-        // A message sent between turns starts one: read plainly from now on, until it ends.
-        if !line.trim().is_empty() && !line.trim_start().starts_with('/') {
-            running.store(true, Ordering::SeqCst);
-        }
         if tx.send(line).is_err() {
             return;
         }
-        // The next prompt waits until the line is handled, so a command's output comes first.
+        // The next line waits until this one is handled, so a command's output comes before
+        // the prompt (and, from a file or pipe, a message's whole turn comes before the next).
         if done.recv().is_err() {
             return;
         }
@@ -192,6 +189,8 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
         model: opts.model.clone(),
     };
     lp.header();
+    let terminal = std::io::stdin().is_terminal();
+    let mut owed = false;
     loop {
         tokio::select! {
             line = lines.recv() => {
@@ -199,7 +198,7 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
                 if !lp.line(line.trim()).await? {
                     break;
                 }
-                let _ = done.send(());
+                owed = true;
             }
             env = lp.conv.next() => {
                 let Some(env) = env else {
@@ -218,6 +217,12 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
                 }
             }
             _ = ticks.tick(), if lp.spinning.is_some() => lp.spin(),
+        }
+        // At a terminal the next line is read at once, to steer or answer; from a pipe only
+        // once the turn is over or asks something.
+        if owed && (terminal || lp.turn.is_none() || lp.asking.is_some()) {
+            owed = false;
+            let _ = done.send(());
         }
     }
     lp.unspin();

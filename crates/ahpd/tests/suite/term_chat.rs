@@ -193,3 +193,25 @@ fn chat_starts_a_new_session_and_resumes_the_first() {
     pty.send("/quit");
     assert_eq!(pty.child.wait().unwrap().code(), Some(0));
 }
+
+#[test]
+fn chat_from_a_pipe_runs_each_message_to_its_end_before_the_next() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::with_replies(vec![
+        Reply::text_stream("noted the plum"),
+        Reply::text_stream("it was a plum"),
+    ])
+    .unwrap();
+    configure(&env, &ep);
+    let path = work.display().to_string();
+    let out = env.run_with_input(
+        &["chat", "--path", &path],
+        "remember the plum\nwhat was it?\n/quit\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "noted the plum\nit was a plum\n");
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 2);
+    assert!(bodies[1]["messages"].to_string().contains("noted the plum"));
+}
