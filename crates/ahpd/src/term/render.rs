@@ -85,8 +85,6 @@ pub struct Printer {
     reply_open: bool,
     /// Whether standard error holds reasoning not yet ended.
     reasoning_open: bool,
-    /// Whether any reply text was printed since the last [`Printer::reset`].
-    pub replied: bool,
     usage: Option<UsageInfo>,
 }
 
@@ -100,7 +98,6 @@ impl Printer {
             calls: HashMap::new(),
             reply_open: false,
             reasoning_open: false,
-            replied: false,
             usage: None,
         }
     }
@@ -108,7 +105,6 @@ impl Printer {
     /// Forgets the last turn's usage.
     pub fn reset(&mut self) {
         self.usage = None;
-        self.replied = false;
     }
 
     /// Ends any open reply or reasoning line, so a line of its own can follow.
@@ -152,7 +148,6 @@ impl Printer {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
         self.reply_open = !text.ends_with('\n');
-        self.replied = true;
     }
 
     fn reasoning(&mut self, text: &str) {
