@@ -120,6 +120,12 @@ pub enum Command {
     /// Keep secrets in vault.json; values are read from standard input only.
     #[command(subcommand)]
     Vault(VaultCommand),
+    /// Ask the agent once and stream the reply (a daemon's, or a host started for the turn).
+    Run(crate::term::RunOpts),
+    /// Talk with the agent in a session, turn after turn.
+    Chat(crate::term::ChatOpts),
+    /// List, show or delete the stored sessions.
+    Sessions(crate::term::SessionsOpts),
     /// Print a shell completion script.
     #[command(alias = "completions")]
     Completion {

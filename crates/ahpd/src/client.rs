@@ -42,7 +42,7 @@ pub async fn answers_ping(address: &str, token: Option<&str>) -> bool {
 }
 
 /// A transport error may echo the URL; the token must not reach the screen.
-fn scrub(text: &str, token: Option<&str>) -> String {
+pub(crate) fn scrub(text: &str, token: Option<&str>) -> String {
     match token {
         Some(t) if !t.is_empty() => text
             .replace(t, "<redacted>")

@@ -2,7 +2,8 @@
 //!
 //! The binary adds to the `ahpd-sdk` host what a person running it needs: the command line, the
 //! configuration files, compiled-in plugins, the vault, the agent records channel, the session
-//! store (`sessions.json`), process management, the graceful stop and logs.
+//! store (`sessions.json`), process management, the graceful stop and logs, and a terminal
+//! client of its own (`run`, `chat`, `sessions`, in `src/term/`).
 //!
 //! Everything lives in this library and `src/main.rs` only calls [`run_command_line`]: that lets
 //! the crate's tests depend on the crate itself with the `test-plugins` feature (the echo engine),
@@ -23,6 +24,7 @@ mod records;
 mod serve;
 mod served;
 mod sys;
+mod term;
 mod token;
 mod vault;
 
@@ -115,6 +117,18 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             logs::init("warn");
             commands::vault_cmd(&loc, &cmd)?;
             Ok(0)
+        }
+        Some(Command::Run(opts)) => {
+            logs::init("warn");
+            Ok(term::run(&loc, &opts)?)
+        }
+        Some(Command::Chat(opts)) => {
+            logs::init("warn");
+            Ok(term::chat(&loc, &opts)?)
+        }
+        Some(Command::Sessions(opts)) => {
+            logs::init("warn");
+            Ok(term::sessions(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
             commands::completion(shell);

@@ -215,64 +215,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
     let mut signals = Signals::new()?;
-    let cands = plugins::plan(&settings, Some(run), &loc.dir)?;
-    if !run.no_plugins && !cands.iter().any(|c| c.enabled) {
-        return Err(ServeError::Usage(no_plugin_message()));
-    }
-    for c in cands.iter().filter(|c| c.enabled && c.builtin.is_none()) {
-        tracing::warn!(
-            "plugin {} skipped: not a built-in plugin (built in: {})",
-            c.name,
-            plugins::builtin_names()
-        );
-    }
-    let (engines, fixed) = apply_plugins(&cands, &vault).await?;
-    let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
-
-    let store = RecordStore::new(loc.agents(), vault.clone());
-    if let Err(e) = store.seed(&engines) {
-        tracing::error!("cannot write the default agent records: {e}");
-    }
-    let live = LiveSessions::new();
-    let channel = Arc::new(AgentsChannel::new(store, engines, fixed, live.clone()));
-    let agents = channel.agents();
-    let (valid, other) = channel.counts();
-    if agents.is_empty() && !run.no_plugins {
-        tracing::warn!("no agent is available: clients can still put agent records on {CHANNEL}");
-    }
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        files = ?settings.files,
-        agents = agents.len(),
-        records_valid = valid,
-        records_other = other,
-        "ahpd starting"
-    );
-
-    let mut meta = JsonObject::new();
-    meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
-    let mut builder = HostBuilder::new()
-        .agents(agents)
-        .server_info("ahpd", env!("CARGO_PKG_VERSION"))
-        .delta_window(Duration::from_millis(settings.delta_window_ms.value))
-        .root_meta(meta.clone())
-        .initialize_meta(meta)
-        .extension(channel.clone())
-        .resources(Arc::new(
-            FileResources::new(settings.paths.value.clone())
-                .with_live_roots(live.clone())
-                .with_denied(served::private_paths(loc, &settings, &engine_options)),
-        ));
-    for p in &settings.paths.value {
-        builder = builder.path(p.clone());
-    }
-    // Titles, flags and settings of sessions survive a restart (§8).
-    let sessions =
-        FileSessionStore::open(loc.sessions()).map_err(|e| ServeError::Runtime(e.to_string()))?;
-    builder = builder.session_store(Arc::new(sessions));
-    let host = builder
-        .build()
-        .map_err(|e| ServeError::Usage(e.to_string()))?;
+    let (host, live) = build_host(loc, &settings, run, &vault).await?;
 
     if run.stdio {
         tokio::select! {
@@ -349,6 +292,76 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         run.detached_child.then_some(record_path.as_path()),
     )
     .await)
+}
+
+/// Builds the host a run serves: plugins applied, agent records loaded, the session store opened.
+/// The daemon and the terminal client's in-process host (`ahpd run` with no daemon) share it.
+pub(crate) async fn build_host(
+    loc: &Locations,
+    settings: &Settings,
+    run: &RunArgs,
+    vault: &Vault,
+) -> Result<(ahpd_sdk::Host, Arc<LiveSessions>), ServeError> {
+    let cands = plugins::plan(settings, Some(run), &loc.dir)?;
+    if !run.no_plugins && !cands.iter().any(|c| c.enabled) {
+        return Err(ServeError::Usage(no_plugin_message()));
+    }
+    for c in cands.iter().filter(|c| c.enabled && c.builtin.is_none()) {
+        tracing::warn!(
+            "plugin {} skipped: not a built-in plugin (built in: {})",
+            c.name,
+            plugins::builtin_names()
+        );
+    }
+    let (engines, fixed) = apply_plugins(&cands, vault).await?;
+    let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
+
+    let store = RecordStore::new(loc.agents(), vault.clone());
+    if let Err(e) = store.seed(&engines) {
+        tracing::error!("cannot write the default agent records: {e}");
+    }
+    let live = LiveSessions::new();
+    let channel = Arc::new(AgentsChannel::new(store, engines, fixed, live.clone()));
+    let agents = channel.agents();
+    let (valid, other) = channel.counts();
+    if agents.is_empty() && !run.no_plugins {
+        tracing::warn!("no agent is available: clients can still put agent records on {CHANNEL}");
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        files = ?settings.files,
+        agents = agents.len(),
+        records_valid = valid,
+        records_other = other,
+        "ahpd starting"
+    );
+
+    let mut meta = JsonObject::new();
+    meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
+    let mut builder = HostBuilder::new()
+        .agents(agents)
+        .server_info("ahpd", env!("CARGO_PKG_VERSION"))
+        .delta_window(Duration::from_millis(settings.delta_window_ms.value))
+        .root_meta(meta.clone())
+        .initialize_meta(meta)
+        .extension(channel.clone())
+        .resources(Arc::new(
+            FileResources::new(settings.paths.value.clone())
+                .with_live_roots(live.clone())
+                .with_denied(served::private_paths(loc, settings, &engine_options)),
+        ));
+    for p in &settings.paths.value {
+        builder = builder.path(p.clone());
+    }
+    // Titles, flags and settings of sessions survive a restart (§8).
+    let sessions =
+        FileSessionStore::open(loc.sessions()).map_err(|e| ServeError::Runtime(e.to_string()))?;
+    builder = builder.session_store(Arc::new(sessions));
+    let host = builder
+        .build()
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
+
+    Ok((host, live))
 }
 
 /// The graceful stop after the first SIGTERM/SIGINT (§10.4): stop listening, close every

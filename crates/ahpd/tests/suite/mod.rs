@@ -10,4 +10,8 @@ mod security;
 mod sessions;
 mod shutdown;
 mod support;
+mod term_chat;
+mod term_run;
+mod term_sessions;
+mod term_support;
 mod vault;

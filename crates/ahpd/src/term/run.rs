@@ -1,0 +1,258 @@
+//! `ahpd run "PROMPT"`: one turn, the reply streamed to standard output.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::TurnState;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
+
+use super::approve::{self, Ask};
+use super::conversation::{Answer, Conversation, NewSession};
+use super::render::Printer;
+use super::{Conn, RunOpts, Target, connect, runtime, work_dir};
+use crate::commands::CommandError;
+use crate::locations::Locations;
+
+/// How long the stream may stay silent before the turn's state is asked for.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Exit code of a turn stopped before its end.
+pub const STOPPED: i32 = 130;
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// `chat/turnComplete`.
+    Complete,
+    /// `chat/error`.
+    Failed,
+    /// `chat/turnCancelled`.
+    Cancelled,
+}
+
+/// Whether `action` ends the turn `turn`.
+pub fn end_of(action: &StateAction, turn: &str) -> Option<End> {
+    match action {
+        StateAction::ChatTurnComplete(a) if a.turn_id == turn => Some(End::Complete),
+        StateAction::ChatError(a) if a.turn_id == turn => Some(End::Failed),
+        StateAction::ChatTurnCancelled(a) if a.turn_id == turn => Some(End::Cancelled),
+        _ => None,
+    }
+}
+
+/// The session's first working folder, else `fallback`.
+pub fn session_dir(conv: &Conversation, fallback: &Path) -> PathBuf {
+    conv.session_state
+        .working_directories
+        .as_ref()
+        .and_then(|d| d.first())
+        .and_then(|u| ahpd_sdk::util::path_of(u))
+        .unwrap_or_else(|| fallback.to_path_buf())
+}
+
+/// The settings a new session starts with.
+pub fn new_session(model: Option<&str>, mode: Option<&str>) -> NewSession {
+    let mut new = NewSession::default();
+    if let Some(m) = model {
+        new.config.insert("model".into(), m.into());
+    }
+    if let Some(m) = mode {
+        new.config.insert("permissionMode".into(), m.into());
+    }
+    new
+}
+
+fn read_prompt(opts: &RunOpts) -> Result<(String, bool), CommandError> {
+    match opts.prompt.as_deref() {
+        Some(p) if p != "-" => {
+            if p.trim().is_empty() {
+                return Err(CommandError::Usage("the prompt is empty".into()));
+            }
+            Ok((p.to_owned(), false))
+        }
+        _ => {
+            if std::io::stdin().is_terminal() {
+                return Err(CommandError::Usage(
+                    "give a prompt: ahpd run \"PROMPT\" (or pipe it on standard input)".into(),
+                ));
+            }
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| CommandError::Failed(format!("cannot read standard input: {e}")))?;
+            if text.trim().is_empty() {
+                return Err(CommandError::Usage(
+                    "the prompt read from standard input is empty".into(),
+                ));
+            }
+            Ok((text, true))
+        }
+    }
+}
+
+/// `ahpd run`; returns the exit code.
+pub fn run(loc: &Locations, opts: &RunOpts) -> Result<i32, CommandError> {
+    let (prompt, from_stdin) = read_prompt(opts)?;
+    let rt = runtime()?;
+    let code = rt.block_on(async {
+        let dir = work_dir(opts.path.as_deref())?;
+        let target = Target {
+            path: Some(dir.clone()),
+            in_process: opts.in_process,
+        };
+        let conn = connect(loc, &target).await?;
+        tracing::debug!(place = %conn.place, "connected");
+        let interactive = !from_stdin && std::io::stdin().is_terminal();
+        let result = one_turn(&conn, opts, &prompt, &dir, interactive).await;
+        conn.close().await;
+        result
+    });
+    // A question left unanswered holds a thread reading standard input: do not wait for it.
+    rt.shutdown_background();
+    code
+}
+
+async fn one_turn(
+    conn: &Conn,
+    opts: &RunOpts,
+    prompt: &str,
+    dir: &Path,
+    interactive: bool,
+) -> Result<i32, CommandError> {
+    let mut conv = match &opts.session {
+        Some(uri) => {
+            let conv = Conversation::open(conn, uri).await?;
+            if let Some(mode) = &opts.mode {
+                conv.configure(conn, "permissionMode", mode).await?;
+            }
+            conv
+        }
+        None => {
+            let new = new_session(opts.model.as_deref(), opts.mode.as_deref());
+            Conversation::create(conn, dir, &new).await?
+        }
+    };
+    tracing::debug!(session = %conv.session, "session open");
+    let dir = session_dir(&conv, dir);
+    let mut printer = Printer::new(opts.json, opts.show_reasoning);
+    let mut interrupts = signal(SignalKind::interrupt())
+        .map_err(|e| CommandError::Failed(format!("cannot catch Ctrl-C: {e}")))?;
+    let turn = conv.send(conn, prompt, opts.model.as_deref()).await?;
+    if !opts.json && opts.session.is_none() {
+        let line = format!("session {} on {}", conv.session, conn.place);
+        printer.note(&printer.style.dim(&line));
+    }
+    let mut denied_unasked = false;
+    let mut stopping = false;
+    let mut asking: Option<(Ask, JoinHandle<Answer>)> = None;
+    let mut quiet = tokio::time::interval(QUIET);
+    quiet.tick().await;
+    let mut heard = false;
+    loop {
+        tokio::select! {
+            env = conv.next() => {
+                heard = true;
+                let Some(env) = env else {
+                    return Err(CommandError::Failed("the connection to the host ended during the turn".into()));
+                };
+                tracing::trace!(seq = env.server_seq, "action");
+                printer.show(&env);
+                if let Some(why) = &env.rejection_reason
+                    && matches!(&env.action, StateAction::ChatTurnStarted(s) if s.turn_id == turn)
+                {
+                    return Err(CommandError::Failed(format!("the host refused the turn: {why}")));
+                }
+                if env.rejection_reason.is_none() && let Some(ask) = approve::ask_of(&env.action, &conv.chat) {
+                    if opts.yes {
+                        conv.confirm(conn, &ask.turn, &ask.call, &Answer::Once).await?;
+                    } else if interactive && asking.is_none() {
+                        printer.break_line();
+                        eprintln!("{}", approve::describe(&ask, &dir, printer.style));
+                        asking = Some((ask, tokio::task::spawn_blocking(approve::ask_blocking)));
+                    } else {
+                        let sentence = approve::no_terminal_sentence(&ask);
+                        printer.warn(&format!("ahpd: {sentence}"));
+                        denied_unasked = true;
+                        conv.confirm(conn, &ask.turn, &ask.call, &Answer::Deny(sentence)).await?;
+                    }
+                }
+                if let Some(id) = approve::settled(&env.action)
+                    && asking.as_ref().is_some_and(|(a, _)| id.ends_with(&a.call))
+                {
+                    // Answered by another client: the question is moot.
+                    asking = None;
+                    printer.note("(answered elsewhere)");
+                }
+                match end_of(&env.action, &turn) {
+                    Some(End::Complete) => {
+                        finish(&mut printer, opts.json);
+                        return Ok(if denied_unasked { 1 } else { 0 });
+                    }
+                    Some(End::Failed) => {
+                        if opts.json
+                            && let StateAction::ChatError(e) = &env.action
+                        {
+                            printer.warn(&format!("ahpd: the turn failed: {}", e.part.error.message));
+                        }
+                        finish(&mut printer, opts.json);
+                        return Ok(1);
+                    }
+                    Some(End::Cancelled) => {
+                        printer.warn("ahpd: the turn was stopped");
+                        return Ok(super::run::STOPPED);
+                    }
+                    None => {}
+                }
+            }
+            answer = answer_of(&mut asking) => {
+                let Some((ask, _)) = asking.take() else { continue };
+                conv.confirm(conn, &ask.turn, &ask.call, &answer).await?;
+            }
+            _ = quiet.tick() => {
+                if std::mem::take(&mut heard) || asking.is_some() {
+                    continue;
+                }
+                let end = match conv.ended(conn, &turn).await? {
+                    Some(TurnState::Complete) => End::Complete,
+                    Some(TurnState::Error) => End::Failed,
+                    Some(TurnState::Cancelled) => End::Cancelled,
+                    None => continue,
+                };
+                printer.warn("ahpd: some of the turn's output was skipped (the reader fell behind)");
+                return Ok(match end {
+                    End::Complete if !denied_unasked => 0,
+                    End::Cancelled => STOPPED,
+                    _ => 1,
+                });
+            }
+            _ = interrupts.recv() => {
+                if stopping {
+                    printer.break_line();
+                    return Ok(STOPPED);
+                }
+                stopping = true;
+                printer.warn("ahpd: stopping the turn (Ctrl-C again to quit)");
+                conv.stop(conn, &turn).await?;
+            }
+        }
+    }
+}
+
+/// The person's answer once given; pending while nothing is asked.
+pub async fn answer_of(asking: &mut Option<(Ask, JoinHandle<Answer>)>) -> Answer {
+    match asking {
+        Some((_, handle)) => handle
+            .await
+            .unwrap_or_else(|_| Answer::Deny("No answer came.".into())),
+        None => std::future::pending().await,
+    }
+}
+
+fn finish(printer: &mut Printer, json: bool) {
+    printer.break_line();
+    if !json && let Some(line) = printer.usage_line() {
+        eprintln!("{}", printer.style.dim(&line));
+    }
+}
