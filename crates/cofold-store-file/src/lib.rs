@@ -16,13 +16,16 @@
 //! memory/<slug>/                            the memory capability's folder
 //! ```
 
+mod crash;
+mod durable;
 mod home;
 mod jsonl;
+mod liveness;
 mod lock;
 mod names;
 mod store;
 
 pub use home::{EnvLookup, cofold_home, memory_dir, process_env, resolve_home, workspace_slug};
 pub use names::{MAX_SEGMENT_BYTES, decode_segment, encode_segment};
-pub use store::runs::DETAIL_CAP_BYTES;
+pub use store::steps::DETAIL_CAP_BYTES;
 pub use store::{FileStore, FileStoreOptions};

@@ -94,6 +94,25 @@ pub trait Store: Send + Sync {
     /// Refreshes the holder's lease without touching `updatedAt`.
     async fn heartbeat(&self, session_id: &str, run_id: &str) -> Result<(), AgentError>;
 
+    /// The run holding the session's writer claim when the process that claimed it is known to
+    /// have ended; `None` when the claim is free or its holder may be alive. Such a run is settled
+    /// (through resume, whose claim takes it over) before anything else writes the session. The
+    /// default knows no dead holders: an in-process store's holders die with the process.
+    async fn dead_writer(&self, session_id: &str) -> Result<Option<String>, AgentError> {
+        let _ = session_id;
+        Ok(None)
+    }
+
+    /// What a run needs of the transcript to build its context: the newest summary and every
+    /// non-summary message no summary covers, in transcript order (the whole transcript when
+    /// nothing was summarized). `context_of` gives the same view of it as of the whole transcript.
+    /// The default reads the whole transcript; a store may read less.
+    async fn list_context_messages(&self, session_id: &str) -> Result<Vec<Message>, AgentError> {
+        Ok(uncovered_messages(
+            self.list_messages(session_id, None).await?,
+        ))
+    }
+
     // Runs.
 
     /// Stores a new run record; `not_found` without the session, `already_exists` for a taken id.
@@ -114,6 +133,16 @@ pub trait Store: Send + Sync {
 
     /// Appends an event; `seq_gap` unless its `seq` is the run's last + 1.
     async fn append_event(&self, event: &Event) -> Result<(), AgentError>;
+
+    /// The `seq` of the run's last stored event, 0 when it has none. The default reads the whole
+    /// log; a store may read only its end.
+    async fn last_event_seq(&self, run: &RunRef) -> Result<u64, AgentError> {
+        Ok(self
+            .list_events(run, None)
+            .await?
+            .last()
+            .map_or(0, |event| event.seq))
+    }
 
     /// The run's events with `seq > after_seq` (all of them without it).
     async fn list_events(
@@ -173,6 +202,32 @@ pub trait Store: Send + Sync {
         scope: &KvScope,
         prefix: Option<&str>,
     ) -> Result<Vec<KvEntry>, AgentError>;
+}
+
+/// The messages of `history` that [`Store::list_context_messages`] answers: the newest summary
+/// and every non-summary message that no summary covers, in order.
+pub fn uncovered_messages(history: Vec<Message>) -> Vec<Message> {
+    use crate::message::MessageSource;
+    let covered: std::collections::HashSet<String> = history
+        .iter()
+        .filter(|m| m.source == MessageSource::Summary)
+        .flat_map(|m| m.summarizes.iter().flatten().cloned())
+        .collect();
+    let newest = history
+        .iter()
+        .rposition(|m| m.source == MessageSource::Summary);
+    history
+        .into_iter()
+        .enumerate()
+        .filter(|(at, m)| {
+            if m.source == MessageSource::Summary {
+                Some(*at) == newest
+            } else {
+                !covered.contains(&m.id)
+            }
+        })
+        .map(|(_, m)| m)
+        .collect()
 }
 
 /// Orders sessions as `list_sessions` answers: newest `updatedAt` first, ties by id ascending.
