@@ -27,8 +27,11 @@ pub(crate) fn temp_path(folder: &Path) -> PathBuf {
 /// How hard a whole-file write works to last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sync {
-    /// Synced before and after the rename: a power loss leaves the old file or the new one.
+    /// Synced before and after the rename: once this returns, the new file outlasts a power loss.
     Durable,
+    /// Synced before the rename only: a power loss leaves the old file or the new one, both whole.
+    /// For refreshes whose loss is harmless (a session's `updatedAt`, a run's last message id).
+    Replace,
     /// Renamed into place without syncing: a reader never sees half a file, but a power loss
     /// may leave an empty one. For files that mean nothing after a reboot (the writer lock).
     Quick,
@@ -53,7 +56,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), 
 fn write_file(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
     let mut file = File::create(path)?;
     file.write_all(bytes)?;
-    if sync == Sync::Durable {
+    if sync != Sync::Quick {
         // Without this, the rename can reach the disk before the data, and a power loss then
         // leaves an empty file under the final name.
         file.sync_all()?;

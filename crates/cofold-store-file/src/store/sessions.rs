@@ -205,16 +205,20 @@ impl Inner {
         // answer, a tool result.
         append_lines(&folder.join(MESSAGES_FILE), &lines, true)?;
         Self::index_after_append(&folder, messages)?;
+        // The messages are on disk; these two refreshes may be lost to a power loss without harm
+        // (the old record stays whole), so the folder is not synced for them.
         let now = Timestamp::now();
         if let Some(mut session) = read_json::<SessionRecord>(&folder.join(SESSION_FILE))? {
             session.updated_at = now.clone();
-            Self::write_session(&folder, &session)?;
+            session.active_writer_run_id = None;
+            session.active_writer_pid = None;
+            write_json(&folder.join(SESSION_FILE), &session, Sync::Replace)?;
         }
         let run_path = Self::run_folder(&folder, run_id)?.join(RUN_FILE);
         if let Some(mut run) = read_json::<RunRecord>(&run_path)? {
             run.last_message_id = Some(last.id.clone());
             run.updated_at = now;
-            write_json(&run_path, &run, Sync::Durable)?;
+            write_json(&run_path, &run, Sync::Replace)?;
         }
         Ok(())
     }

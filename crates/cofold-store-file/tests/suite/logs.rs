@@ -179,7 +179,44 @@ async fn steps_are_logged_per_change_and_folded_on_read() {
         .await
         .expect("update 2");
     let path = disk.session_dir("s1").await.join("runs/r1/steps.jsonl");
-    assert_eq!(fs::read_to_string(&path).expect("read").lines().count(), 3);
+    let text = fs::read_to_string(&path).expect("read");
+    assert_eq!(
+        text.lines().count(),
+        3,
+        "the record and one line per change"
+    );
+    assert_eq!(
+        text.matches("\"request\"").count(),
+        1,
+        "the model request is stored once: {text}"
+    );
+    let updated = store
+        .update_step(
+            &r1,
+            "i1",
+            &StepPatch {
+                detail: Some(json!({ "n": 1 })),
+                ..StepPatch::default()
+            },
+        )
+        .await
+        .expect("update 3");
+    let StepRecord::Model(updated) = updated else {
+        panic!("a model step")
+    };
+    assert_eq!(
+        (
+            updated.status,
+            updated.request.clone(),
+            updated.detail.clone()
+        ),
+        (
+            StepStatus::Completed,
+            Some(json!({ "messages": [] })),
+            Some(json!({ "n": 1 }))
+        ),
+        "the update answers the whole step, read back from the log"
+    );
     let steps = store.list_steps(&r1).await.expect("steps");
     assert_eq!(steps.len(), 1);
     let StepRecord::Model(step) = &steps[0] else {
