@@ -135,9 +135,11 @@ pub(crate) fn scan_back_from(
         .map_err(|err| io_error("inspect", path, &err))?
         .len();
     let mut position = end.map_or(length, |end| end.min(length));
-    // The start of the line being assembled: everything after the last newline seen so far.
-    let mut carry: Vec<u8> = Vec::new();
+    // The pieces of the line being assembled, latest first: the blocks read since the last
+    // newline. Kept apart so a line longer than a block is copied once, not once per block.
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut block = Vec::new();
+    let mut joined = Vec::new();
     while position > 0 {
         let size = BLOCK.min(position);
         position -= size;
@@ -146,23 +148,38 @@ pub(crate) fn scan_back_from(
             .map_err(|err| io_error("seek in", path, &err))?;
         file.read_exact(&mut block)
             .map_err(|err| io_error("read", path, &err))?;
-        block.extend_from_slice(&carry);
         let mut end = block.len();
         while let Some(newline) = block[..end].iter().rposition(|byte| *byte == b'\n') {
-            let line = trim_line(&block[newline + 1..end]);
+            let head = &block[newline + 1..end];
+            let line = if pieces.is_empty() {
+                head
+            } else {
+                join(&mut joined, head, &mut pieces)
+            };
+            let line = trim_line(line);
             if !line.is_empty() && each(line)?.is_break() {
                 return Ok(true);
             }
             end = newline;
         }
-        carry.clear();
-        carry.extend_from_slice(&block[..end]);
+        pieces.push(block[..end].to_vec());
     }
-    let line = trim_line(&carry);
+    let line = trim_line(join(&mut joined, &[], &mut pieces));
     if !line.is_empty() {
         let _ = each(line)?;
     }
     Ok(true)
+}
+
+/// `head` followed by `pieces` in file order (they are kept latest first), in `buffer`; empties
+/// `pieces`.
+fn join<'b>(buffer: &'b mut Vec<u8>, head: &[u8], pieces: &mut Vec<Vec<u8>>) -> &'b [u8] {
+    buffer.clear();
+    buffer.extend_from_slice(head);
+    for piece in pieces.drain(..).rev() {
+        buffer.extend_from_slice(&piece);
+    }
+    buffer
 }
 
 /// Visits every line of a file from byte `start` (the start of a line) with the offset it starts
@@ -474,9 +491,11 @@ mod tests {
         let path = dir.path().join("log.jsonl");
         let mut text = String::new();
         for n in 0..20_000 {
+            // Now and then a line longer than several blocks.
+            let pad = if n % 5000 == 7 { 200_000 } else { n % 97 };
             text.push_str(&format!(
                 "{{\"n\":{n},\"pad\":\"{}\"}}\n",
-                "x".repeat(n % 97)
+                "x".repeat(pad)
             ));
             if n % 1000 == 0 {
                 text.push('\n');

@@ -38,6 +38,13 @@ struct ContextIndex {
     from: u64,
 }
 
+/// What checking the index needs of a message line.
+#[derive(Deserialize)]
+struct Name {
+    id: String,
+    source: MessageSource,
+}
+
 /// What the index needs of a message line; the parts are passed over.
 #[derive(Deserialize)]
 struct Head {
@@ -103,7 +110,7 @@ fn valid_index(folder: &Path) -> Result<Option<ContextIndex>, AgentError> {
             // The line must end exactly at `summaryEnd`; a longer one means the bytes moved.
             if first {
                 first = false;
-                matches = serde_json::from_slice::<Head>(line).is_ok_and(|head| {
+                matches = serde_json::from_slice::<Name>(line).is_ok_and(|head| {
                     head.id == index.summary_id && head.source == MessageSource::Summary
                 });
             }
