@@ -493,10 +493,7 @@ mod tests {
         for n in 0..20_000 {
             // Now and then a line longer than several blocks.
             let pad = if n % 5000 == 7 { 200_000 } else { n % 97 };
-            text.push_str(&format!(
-                "{{\"n\":{n},\"pad\":\"{}\"}}\n",
-                "x".repeat(pad)
-            ));
+            text.push_str(&format!("{{\"n\":{n},\"pad\":\"{}\"}}\n", "x".repeat(pad)));
             if n % 1000 == 0 {
                 text.push('\n');
             }

@@ -23,8 +23,9 @@
 //! - **Logs are synced at the points a person would not want to lose, not per chunk.**
 //!   `messages.jsonl` is `fdatasync`ed on every append (a user message, an answer, a tool result:
 //!   each is such a point). `events.jsonl` is synced after every event except the stream of a
-//!   model's reply (`model.delta`) and the announcements `model.started` and `tool.proposed`, so a
-//!   settled run, a tool's result and a paused request are on disk when their event is stored.
+//!   model's reply (`model.delta`) and the announcements `model.started`, `tool.proposed` and
+//!   `tool.started`, so a settled run, a tool's result and a paused request are on disk when their
+//!   event is stored.
 //!   `steps.jsonl` is synced when a tool step is opened (before the tool runs, so a call that ran is
 //!   never taken for one that did not) and when it is closed.
 //! - **Whole files are replaced, never rewritten in place.** `session.json`, `run.json`, requests,

@@ -258,13 +258,14 @@ fn read_events_back(path: &Path, after: u64) -> Result<Vec<Event>, AgentError> {
 }
 
 /// Whether an event marks a point a person would not want to lose, so the log is synced after
-/// it: everything but the stream of a model's reply and the announcements that come before the
-/// records they announce.
+/// it: everything but the stream of a model's reply and the announcements of work whose own
+/// record (the step, synced when a tool starts) says more.
 fn is_boundary(body: &EventBody) -> bool {
     !matches!(
         body,
         EventBody::ModelDelta { .. }
             | EventBody::ModelStarted { .. }
             | EventBody::ToolProposed { .. }
+            | EventBody::ToolStarted { .. }
     )
 }
