@@ -208,25 +208,32 @@ pub trait Store: Send + Sync {
 /// and every non-summary message that no summary covers, in order.
 pub fn uncovered_messages(history: Vec<Message>) -> Vec<Message> {
     use crate::message::MessageSource;
-    let covered: std::collections::HashSet<String> = history
-        .iter()
-        .filter(|m| m.source == MessageSource::Summary)
-        .flat_map(|m| m.summarizes.iter().flatten().cloned())
-        .collect();
     let newest = history
         .iter()
         .rposition(|m| m.source == MessageSource::Summary);
+    // The covered ids are borrowed, not copied: a long history's summaries list many.
+    let keep: Vec<bool> = {
+        let covered: std::collections::HashSet<&str> = history
+            .iter()
+            .filter(|m| m.source == MessageSource::Summary)
+            .flat_map(|m| m.summarizes.iter().flatten().map(String::as_str))
+            .collect();
+        history
+            .iter()
+            .enumerate()
+            .map(|(at, m)| {
+                if m.source == MessageSource::Summary {
+                    Some(at) == newest
+                } else {
+                    !covered.contains(m.id.as_str())
+                }
+            })
+            .collect()
+    };
     history
         .into_iter()
-        .enumerate()
-        .filter(|(at, m)| {
-            if m.source == MessageSource::Summary {
-                Some(*at) == newest
-            } else {
-                !covered.contains(&m.id)
-            }
-        })
-        .map(|(_, m)| m)
+        .zip(keep)
+        .filter_map(|(m, keep)| keep.then_some(m))
         .collect()
 }
 
