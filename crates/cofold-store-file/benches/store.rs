@@ -421,6 +421,13 @@ fn resume_child(root: &Path) {
     let start_kb = status_kb("VmHWM:");
     let started = Instant::now();
     let run = RunRef::new("big", "r1");
+    // Each stage's time and the peak memory after it, printed for the parent.
+    let mut stages: Vec<(&str, Duration, u64)> = Vec::new();
+    let mut last_mark = Instant::now();
+    let mut mark = |name: &'static str| {
+        stages.push((name, last_mark.elapsed(), status_kb("VmHWM:")));
+        last_mark = Instant::now();
+    };
     let (context, replayed) = rt.block_on(async {
         let store = open(root);
         let session = store
@@ -437,23 +444,29 @@ fn resume_child(root: &Path) {
             .expect("get_run")
             .expect("the run");
         assert_eq!(record.status, RunStatus::Running);
+        mark("session, dead claim, run");
         let last = store.last_event_seq(&run).await.expect("last seq");
         let tail = store
             .list_events(&run, Some(last.saturating_sub(100)))
             .await
             .expect("replay the tail");
+        mark("last seq, event tail");
         let steps = store.list_steps(&run).await.expect("steps");
         assert_eq!(steps.len(), 24);
+        drop(steps);
+        mark("steps");
         assert!(
             store
                 .claim_writer("big", "r1")
                 .await
                 .expect("take the dead claim")
         );
+        mark("claim");
         let context = store
             .list_context_messages("big")
             .await
             .expect("the context");
+        mark("context");
         // Settle: close the open step, store a marker message, the last event, the status.
         store
             .update_step(
@@ -478,8 +491,12 @@ fn resume_child(root: &Path) {
         let mut update = RunUpdate::new(run.clone());
         update.status = Some(RunStatus::Failed);
         store.update_run(update).await.expect("settle");
+        mark("settle (synced writes)");
         (context.len(), tail.len())
     });
+    for (name, took, peak) in &stages {
+        println!("stage {:.1} {peak} {name}", millis(*took));
+    }
     let elapsed = started.elapsed();
     let peak = status_kb("VmHWM:");
     // Appending to the big transcript, for comparison with a small one in the parent.
@@ -556,6 +573,15 @@ fn resume_bench(rt: &tokio::runtime::Runtime, root: &Path) {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8_lossy(&output.stdout);
+    for stage in text.lines().filter_map(|line| line.strip_prefix("stage ")) {
+        let mut parts = stage.splitn(3, ' ');
+        let (took, peak, name) = (
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+        );
+        println!("    {name}: {took} ms, peak {peak} kB after it");
+    }
     let figures: Vec<f64> = text
         .lines()
         .find_map(|line| line.strip_prefix("figures "))

@@ -208,28 +208,34 @@ pub trait Store: Send + Sync {
 /// and every non-summary message that no summary covers, in order.
 pub fn uncovered_messages(history: Vec<Message>) -> Vec<Message> {
     use crate::message::MessageSource;
-    let newest = history
+    use std::collections::HashMap;
+    let is_summary = |m: &Message| m.source == MessageSource::Summary;
+    let newest = history.iter().rposition(is_summary);
+    // Which messages stay, found by looking the summaries' lists up among the messages rather
+    // than the other way round: the lists of a long history's summaries can be far longer than
+    // the messages given.
+    let mut keep: Vec<bool> = history
         .iter()
-        .rposition(|m| m.source == MessageSource::Summary);
-    // The covered ids are borrowed, not copied: a long history's summaries list many.
-    let keep: Vec<bool> = {
-        let covered: std::collections::HashSet<&str> = history
+        .enumerate()
+        .map(|(at, m)| !is_summary(m) || Some(at) == newest)
+        .collect();
+    {
+        let mut positions: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (at, m) in history.iter().enumerate() {
+            if !is_summary(m) {
+                positions.entry(m.id.as_str()).or_default().push(at);
+            }
+        }
+        let listed = history
             .iter()
-            .filter(|m| m.source == MessageSource::Summary)
-            .flat_map(|m| m.summarizes.iter().flatten().map(String::as_str))
-            .collect();
-        history
-            .iter()
-            .enumerate()
-            .map(|(at, m)| {
-                if m.source == MessageSource::Summary {
-                    Some(at) == newest
-                } else {
-                    !covered.contains(m.id.as_str())
-                }
-            })
-            .collect()
-    };
+            .filter(|m| is_summary(m))
+            .flat_map(|m| m.summarizes.iter().flatten());
+        for id in listed {
+            for &at in positions.get(id.as_str()).into_iter().flatten() {
+                keep[at] = false;
+            }
+        }
+    }
     history
         .into_iter()
         .zip(keep)
