@@ -384,3 +384,37 @@ async fn a_dead_holder_is_seen_at_once_even_with_a_fresh_heartbeat() {
             .expect("the paused run resumed")
     );
 }
+
+#[tokio::test]
+async fn a_holder_on_another_machine_is_judged_by_its_heartbeat() {
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    assert!(disk.store.claim_writer("s1", "r1").await.expect("claim"));
+    let folder = disk.session_dir("s1").await;
+    // Another boot: its pid means nothing here, so only the heartbeat can tell.
+    let mut lock = read_lock(&folder);
+    lock["bootId"] = json!("a-boot-of-another-machine");
+    lock["pid"] = json!(1);
+    write_lock(&folder, &lock);
+    let fresh = disk.reopen();
+    assert!(
+        !fresh.claim_writer("s1", "r2").await.expect("claim"),
+        "a fresh heartbeat holds"
+    );
+    assert_eq!(fresh.dead_writer("s1").await.expect("dead_writer"), None);
+    lock["heartbeatAt"] = json!("2000-01-01T00:00:00.000000Z");
+    write_lock(&folder, &lock);
+    assert_eq!(
+        fresh
+            .dead_writer("s1")
+            .await
+            .expect("dead_writer")
+            .as_deref(),
+        Some("r1")
+    );
+    assert!(
+        fresh.claim_writer("s1", "r2").await.expect("claim"),
+        "a heartbeat past the age limit is a dead holder"
+    );
+}
