@@ -5,7 +5,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cofold_agents::error::AgentError;
 use serde::Serialize;
@@ -22,20 +21,32 @@ pub(crate) fn io_error(action: &str, path: &Path, err: &io::Error) -> AgentError
 /// Reads a JSONL file line by line, handing each non-blank line to `each`. A missing file reads as
 /// empty. Returns whether the file existed.
 ///
-/// A line `each` cannot parse is judged by where it is and how it broke. A line cut short (the JSON
-/// ends early) is what a crash leaves: it is skipped wherever it is, since a later append starts on
-/// a fresh line after it. Any other broken line is skipped when it is the last one, and is an error
-/// naming the file and line when more lines follow: then the file was damaged, and reading on would
-/// hide the damage. The file is never changed by reading.
+/// A line `each` cannot parse is skipped and reported (file and line number) in the log, wherever
+/// it is: a torn or NUL-filled last line is what a crash or a power loss leaves, and one damaged
+/// line in the middle must not make the rest of a person's session unreadable. The file is never
+/// changed by reading.
 pub(crate) fn scan(
     path: &Path,
+    each: impl FnMut(&[u8]) -> Result<(), serde_json::Error>,
+) -> Result<bool, AgentError> {
+    scan_from(path, 0, each)
+}
+
+/// [`scan`] from byte `offset` on, which must be the start of a line.
+pub(crate) fn scan_from(
+    path: &Path,
+    offset: u64,
     mut each: impl FnMut(&[u8]) -> Result<(), serde_json::Error>,
 ) -> Result<bool, AgentError> {
-    let file = match File::open(path) {
+    let mut file = match File::open(path) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(err) => return Err(io_error("open", path, &err)),
     };
+    if offset > 0 {
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|err| io_error("seek in", path, &err))?;
+    }
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut line = Vec::with_capacity(4096);
     let mut number = 0usize;
@@ -54,22 +65,47 @@ pub(crate) fn scan(
             continue;
         }
         if let Some((at, err)) = pending.take() {
-            if err.classify() != Category::Eof {
-                return Err(AgentError::internal(format!(
-                    "{} is damaged at line {at} ({err}); the file was left as it is, so mend or remove that line",
-                    path.display()
-                )));
-            }
-            tracing::warn!(file = %path.display(), line = at, "skipping a line cut short by a crash");
+            report_damage(path, &Damage::Line(at, offset), Some(&err));
         }
         if let Err(err) = each(text) {
             pending = Some((number, err));
         }
     }
-    if let Some((at, _)) = pending {
-        tracing::warn!(file = %path.display(), line = at, "skipping a torn last line");
+    if let Some((at, err)) = pending {
+        if err.classify() == Category::Eof {
+            tracing::warn!(file = %path.display(), line = at, "skipping a torn last line");
+        } else {
+            report_damage(path, &Damage::Line(at, offset), Some(&err));
+        }
     }
     Ok(true)
+}
+
+/// Where a damaged line is.
+pub(crate) enum Damage {
+    /// Line number (from 1) counted from a byte offset (0: the start of the file).
+    Line(usize, u64),
+    /// Counted from the end of the file, for readers that go backwards.
+    FromEnd(usize),
+}
+
+/// Logs a skipped damaged line: the file, where, and why.
+pub(crate) fn report_damage(path: &Path, at: &Damage, err: Option<&serde_json::Error>) {
+    let why = err.map_or_else(|| "not a record".to_owned(), ToString::to_string);
+    match at {
+        Damage::Line(line, 0) => tracing::error!(
+            file = %path.display(), line, error = %why,
+            "{} is damaged at line {line}; the line is skipped and the file left as it is", path.display()
+        ),
+        Damage::Line(line, offset) => tracing::error!(
+            file = %path.display(), line, offset, error = %why,
+            "{} is damaged at line {line} after byte {offset}; the line is skipped and the file left as it is", path.display()
+        ),
+        Damage::FromEnd(lines) => tracing::error!(
+            file = %path.display(), from_end = lines, error = %why,
+            "{} is damaged {lines} lines from its end; the line is skipped and the file left as it is", path.display()
+        ),
+    }
 }
 
 /// Visits the non-blank lines of a file from the last to the first until `each` breaks, reading
@@ -77,6 +113,15 @@ pub(crate) fn scan(
 /// whether the file existed.
 pub(crate) fn scan_back(
     path: &Path,
+    each: impl FnMut(&[u8]) -> Result<ControlFlow<()>, AgentError>,
+) -> Result<bool, AgentError> {
+    scan_back_from(path, None, each)
+}
+
+/// [`scan_back`] from byte `end` (the end of the file when `None`) towards the start.
+pub(crate) fn scan_back_from(
+    path: &Path,
+    end: Option<u64>,
     mut each: impl FnMut(&[u8]) -> Result<ControlFlow<()>, AgentError>,
 ) -> Result<bool, AgentError> {
     const BLOCK: u64 = 64 * 1024;
@@ -85,13 +130,16 @@ pub(crate) fn scan_back(
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(err) => return Err(io_error("open", path, &err)),
     };
-    let mut position = file
+    let length = file
         .metadata()
         .map_err(|err| io_error("inspect", path, &err))?
         .len();
-    // The start of the line being assembled: everything after the last newline seen so far.
-    let mut carry: Vec<u8> = Vec::new();
+    let mut position = end.map_or(length, |end| end.min(length));
+    // The pieces of the line being assembled, latest first: the blocks read since the last
+    // newline. Kept apart so a line longer than a block is copied once, not once per block.
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut block = Vec::new();
+    let mut joined = Vec::new();
     while position > 0 {
         let size = BLOCK.min(position);
         position -= size;
@@ -100,21 +148,70 @@ pub(crate) fn scan_back(
             .map_err(|err| io_error("seek in", path, &err))?;
         file.read_exact(&mut block)
             .map_err(|err| io_error("read", path, &err))?;
-        block.extend_from_slice(&carry);
         let mut end = block.len();
         while let Some(newline) = block[..end].iter().rposition(|byte| *byte == b'\n') {
-            let line = trim_line(&block[newline + 1..end]);
+            let head = &block[newline + 1..end];
+            let line = if pieces.is_empty() {
+                head
+            } else {
+                join(&mut joined, head, &mut pieces)
+            };
+            let line = trim_line(line);
             if !line.is_empty() && each(line)?.is_break() {
                 return Ok(true);
             }
             end = newline;
         }
-        carry.clear();
-        carry.extend_from_slice(&block[..end]);
+        pieces.push(block[..end].to_vec());
     }
-    let line = trim_line(&carry);
+    let line = trim_line(join(&mut joined, &[], &mut pieces));
     if !line.is_empty() {
         let _ = each(line)?;
+    }
+    Ok(true)
+}
+
+/// `head` followed by `pieces` in file order (they are kept latest first), in `buffer`; empties
+/// `pieces`.
+fn join<'b>(buffer: &'b mut Vec<u8>, head: &[u8], pieces: &mut Vec<Vec<u8>>) -> &'b [u8] {
+    buffer.clear();
+    buffer.extend_from_slice(head);
+    for piece in pieces.drain(..).rev() {
+        buffer.extend_from_slice(&piece);
+    }
+    buffer
+}
+
+/// Visits every line of a file from byte `start` (the start of a line) with the offset it starts
+/// at, until `each` breaks. Lines are handed over as they are (trimmed), damaged or not.
+pub(crate) fn scan_offsets(
+    path: &Path,
+    start: u64,
+    mut each: impl FnMut(u64, &[u8]) -> ControlFlow<()>,
+) -> Result<bool, AgentError> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(err) => return Err(io_error("open", path, &err)),
+    };
+    file.seek(SeekFrom::Start(start))
+        .map_err(|err| io_error("seek in", path, &err))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let mut line = Vec::with_capacity(4096);
+    let mut offset = start;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|err| io_error("read", path, &err))?;
+        if read == 0 {
+            break;
+        }
+        let text = trim_line(&line);
+        if !text.is_empty() && each(offset, text).is_break() {
+            break;
+        }
+        offset += read as u64;
     }
     Ok(true)
 }
@@ -130,11 +227,18 @@ pub(crate) fn read_all<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, Agent
 }
 
 fn trim_line(line: &[u8]) -> &[u8] {
-    let mut end = line.len();
-    while end > 0 && matches!(line[end - 1], b'\n' | b'\r' | b' ' | b'\t') {
-        end -= 1;
-    }
-    &line[..end]
+    // NUL bytes are what a power loss leaves where data never reached the disk; they count as
+    // blank so a zero-filled stretch reads as nothing.
+    let blank = |byte: &u8| matches!(byte, b'\n' | b'\r' | b' ' | b'\t' | 0);
+    let start = line
+        .iter()
+        .position(|byte| !blank(byte))
+        .unwrap_or(line.len());
+    let end = line
+        .iter()
+        .rposition(|byte| !blank(byte))
+        .map_or(start, |at| at + 1);
+    &line[start..end]
 }
 
 /// One compact JSON line, ending in `\n`.
@@ -145,9 +249,13 @@ pub(crate) fn to_line<T: Serialize>(value: &T) -> Result<Vec<u8>, AgentError> {
     Ok(line)
 }
 
-/// Appends whole lines to a file, creating it when missing. When the file does not end with `\n`
-/// (a torn last line), a `\n` goes first so the new lines stay whole. One write per call; no fsync.
-pub(crate) fn append_lines(path: &Path, lines: &[u8]) -> Result<(), AgentError> {
+/// Appends whole lines to a file, creating it when missing, in one write. With `sync` the data
+/// is on the disk before this returns (`fdatasync`).
+///
+/// When the file does not end with `\n`, a crash left a fragment there. A fragment that is a whole
+/// JSON value only lost its newline and gets one; anything else (half a line, NUL bytes, garbage)
+/// is cut off, so the file ends on a clean line again before the new lines go on.
+pub(crate) fn append_lines(path: &Path, lines: &[u8], sync: bool) -> Result<(), AgentError> {
     let mut file = OpenOptions::new()
         .read(true)
         .append(true)
@@ -165,70 +273,64 @@ pub(crate) fn append_lines(path: &Path, lines: &[u8]) -> Result<(), AgentError> 
             .map_err(|err| io_error("seek in", path, &err))?;
         file.read_exact(&mut last)
             .map_err(|err| io_error("read", path, &err))?;
-        needs_newline = last[0] != b'\n';
+        if last[0] != b'\n' {
+            needs_newline = mend_tail(&mut file, path, length)?;
+        }
     }
-    if needs_newline {
+    let written = if needs_newline {
         let mut buffer = Vec::with_capacity(lines.len() + 1);
         buffer.push(b'\n');
         buffer.extend_from_slice(lines);
         file.write_all(&buffer)
     } else {
         file.write_all(lines)
-    }
-    .map_err(|err| io_error("append to", path, &err))
-}
-
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh temporary name in `folder` that no encoded id or key can take.
-pub(crate) fn temp_path(folder: &Path) -> std::path::PathBuf {
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    folder.join(format!("{TEMP_PREFIX}-{}-{n}", std::process::id()))
-}
-
-/// Writes `bytes` to `path` whole: into a temporary file in the same folder, then renamed over the
-/// target, so a reader sees the old content or the new, never half of one.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
-    let folder = path.parent().unwrap_or(Path::new("."));
-    let temp = temp_path(folder);
-    let written = fs::write(&temp, bytes).and_then(|()| rename(&temp, path));
-    if let Err(err) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(io_error("write", path, &err));
+    };
+    written.map_err(|err| io_error("append to", path, &err))?;
+    if sync {
+        file.sync_data()
+            .map_err(|err| io_error("sync", path, &err))?;
     }
     Ok(())
 }
 
-/// Renames, retrying for up to a second on Windows, where a reader holding the target open makes
-/// the rename fail with a sharing error.
-pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
-    #[cfg(windows)]
-    {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        loop {
-            match fs::rename(from, to) {
-                Err(err)
-                    if err.kind() == io::ErrorKind::PermissionDenied
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                other => return other,
-            }
+/// Deals with the bytes after the last newline of a file of `length` bytes: true when they are a
+/// whole JSON value that only needs a newline, false once they were cut off.
+fn mend_tail(file: &mut File, path: &Path, length: u64) -> Result<bool, AgentError> {
+    const BLOCK: u64 = 64 * 1024;
+    let mut start = length;
+    let mut fragment: Vec<u8> = Vec::new();
+    let mut block = Vec::new();
+    while start > 0 {
+        let size = BLOCK.min(start);
+        let from = start - size;
+        block.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
+        file.seek(SeekFrom::Start(from))
+            .map_err(|err| io_error("seek in", path, &err))?;
+        file.read_exact(&mut block)
+            .map_err(|err| io_error("read", path, &err))?;
+        if let Some(newline) = block.iter().rposition(|byte| *byte == b'\n') {
+            let cut = from + newline as u64 + 1;
+            block.drain(..=newline);
+            block.extend_from_slice(&fragment);
+            fragment = std::mem::take(&mut block);
+            start = cut;
+            break;
         }
+        block.extend_from_slice(&fragment);
+        fragment = std::mem::take(&mut block);
+        start = from;
     }
-    #[cfg(not(windows))]
-    {
-        fs::rename(from, to)
+    let text = trim_line(&fragment);
+    if !text.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(text).is_ok() {
+        return Ok(true);
     }
-}
-
-/// Writes a value as pretty JSON (2-space indent) through [`write_atomic`].
-pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), AgentError> {
-    let mut bytes = serde_json::to_vec_pretty(value)
-        .map_err(|err| AgentError::internal(format!("a record could not be serialized: {err}")))?;
-    bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    tracing::warn!(
+        file = %path.display(), offset = start, bytes = length - start,
+        "cutting off a damaged last line before appending"
+    );
+    file.set_len(start)
+        .map_err(|err| io_error("cut the damaged end of", path, &err))?;
+    Ok(false)
 }
 
 /// Reads a JSON file; `None` when it does not exist. A file that does not parse is an error naming
@@ -273,6 +375,7 @@ pub(crate) fn sorted_entries(folder: &Path) -> Result<Vec<String>, AgentError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::durable::{Sync, write_json};
     use serde_json::Value;
 
     fn values(path: &Path) -> Result<Vec<Value>, AgentError> {
@@ -285,9 +388,12 @@ mod tests {
         let path = dir.path().join("log.jsonl");
         fs::write(&path, "{\"a\":1}\n{\"a\":2}\n{\"a\":3,\"b\":\"par").unwrap();
         assert_eq!(values(&path).unwrap().len(), 2);
-        append_lines(&path, b"{\"a\":4}\n").unwrap();
+        append_lines(&path, b"{\"a\":4}\n", false).unwrap();
         let text = fs::read_to_string(&path).unwrap();
-        assert!(text.ends_with("\"par\n{\"a\":4}\n"), "{text:?}");
+        assert!(
+            text.ends_with("{\"a\":2}\n{\"a\":4}\n"),
+            "the torn line was cut off: {text:?}"
+        );
         let read = values(&path).unwrap();
         assert_eq!(
             read.iter()
@@ -298,22 +404,76 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_middle_line_is_an_error_naming_file_and_line() {
+    fn a_damaged_middle_line_is_skipped_and_the_rest_stays_readable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.jsonl");
         let original = "{\"a\":1}\nnot json at all}\n{\"a\":3}\n";
         fs::write(&path, original).unwrap();
-        let err = values(&path).unwrap_err();
-        assert!(
-            err.message.contains("log.jsonl is damaged at line 2"),
-            "{}",
-            err.message
-        );
+        let read = values(&path).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[1]["a"], 3);
         assert_eq!(
             fs::read_to_string(&path).unwrap(),
             original,
             "reading changes nothing"
         );
+    }
+
+    fn appended_after(tail: &[u8]) -> (Vec<u8>, Vec<i64>) {
+        appended_after_reading(tail, &[1, 2])
+    }
+
+    fn appended_after_reading(tail: &[u8], expected: &[i64]) -> (Vec<u8>, Vec<i64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut bytes = b"{\"a\":1}\n{\"a\":2}\n".to_vec();
+        bytes.extend_from_slice(tail);
+        fs::write(&path, &bytes).unwrap();
+        let before: Vec<i64> = values(&path)
+            .unwrap()
+            .iter()
+            .map(|v| v["a"].as_i64().unwrap())
+            .collect();
+        assert_eq!(before, expected, "the damaged tail is ignored");
+        append_lines(&path, b"{\"a\":4}\n", true).unwrap();
+        let after = values(&path)
+            .unwrap()
+            .iter()
+            .map(|v| v["a"].as_i64().unwrap())
+            .collect();
+        (fs::read(&path).unwrap(), after)
+    }
+
+    #[test]
+    fn a_nul_tail_then_an_append_leaves_a_clean_file() {
+        let (bytes, read) = appended_after(&[0u8; 4096]);
+        assert_eq!(read, [1, 2, 4]);
+        assert_eq!(
+            bytes, b"{\"a\":1}\n{\"a\":2}\n{\"a\":4}\n",
+            "the NULs were cut off"
+        );
+        let (bytes, read) = appended_after(b"{\"a\":3,\"b\":\"x\0\0\0\0");
+        assert_eq!(read, [1, 2, 4]);
+        assert_eq!(bytes, b"{\"a\":1}\n{\"a\":2}\n{\"a\":4}\n");
+    }
+
+    #[test]
+    fn a_garbage_tail_then_an_append_leaves_a_clean_file() {
+        let garbage: Vec<u8> = (0..3000u32)
+            .map(|n| (n * 7919 % 251) as u8)
+            .filter(|b| *b != b'\n')
+            .collect();
+        let (bytes, read) = appended_after(&garbage);
+        assert_eq!(read, [1, 2, 4]);
+        assert_eq!(bytes, b"{\"a\":1}\n{\"a\":2}\n{\"a\":4}\n");
+        // A whole record that only lost its newline is kept.
+        let (bytes, read) = appended_after_reading(b"{\"a\":3}", &[1, 2, 3]);
+        assert_eq!(read, [1, 2, 3, 4]);
+        assert!(bytes.ends_with(b"{\"a\":3}\n{\"a\":4}\n"));
+        // Garbage holding newlines: the last fragment is cut, the earlier lines are skipped on
+        // reading, and the file stays readable.
+        let (_, read) = appended_after(b"junk\n\x01\x02{\n{\"a\"");
+        assert_eq!(read, [1, 2, 4]);
     }
 
     #[test]
@@ -331,10 +491,9 @@ mod tests {
         let path = dir.path().join("log.jsonl");
         let mut text = String::new();
         for n in 0..20_000 {
-            text.push_str(&format!(
-                "{{\"n\":{n},\"pad\":\"{}\"}}\n",
-                "x".repeat(n % 97)
-            ));
+            // Now and then a line longer than several blocks.
+            let pad = if n % 5000 == 7 { 200_000 } else { n % 97 };
+            text.push_str(&format!("{{\"n\":{n},\"pad\":\"{}\"}}\n", "x".repeat(pad)));
             if n % 1000 == 0 {
                 text.push('\n');
             }
@@ -364,8 +523,8 @@ mod tests {
     fn atomic_writes_leave_no_temporary_behind() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.json");
-        write_json(&path, &serde_json::json!({"k": 1})).unwrap();
-        write_json(&path, &serde_json::json!({"k": 2})).unwrap();
+        write_json(&path, &serde_json::json!({"k": 1}), Sync::Durable).unwrap();
+        write_json(&path, &serde_json::json!({"k": 2}), Sync::Durable).unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "{\n  \"k\": 2\n}\n");
         assert_eq!(sorted_entries(dir.path()).unwrap(), ["x.json"]);
     }

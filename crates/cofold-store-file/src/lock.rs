@@ -1,5 +1,6 @@
 //! The writer lock: `writer.lock` in a session folder names the run allowed to write and the
-//! process it runs in, with a heartbeat so another process can take over a run that died.
+//! process it runs in (see [`crate::liveness`] for how that process is named and judged), with a
+//! heartbeat that only matters when the process cannot be seen from here.
 
 use std::fs;
 use std::io;
@@ -11,7 +12,9 @@ use cofold_agents::id::Timestamp;
 use cofold_agents::store::RunStatus;
 use serde::{Deserialize, Serialize};
 
-use crate::jsonl::{io_error, temp_path, write_json};
+use crate::durable::{Sync, temp_path, write_json};
+use crate::jsonl::io_error;
+use crate::liveness::{Liveness, ProcessMark, judge, this_process};
 
 /// The file name of the lock inside a session folder.
 pub(crate) const LOCK_FILE: &str = "writer.lock";
@@ -22,8 +25,54 @@ pub(crate) const LOCK_FILE: &str = "writer.lock";
 pub(crate) struct WriterLock {
     pub run_id: String,
     pub pid: u32,
+    /// The holder's start time in clock ticks since boot; absent where `/proc` is not readable
+    /// (and in locks written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<String>,
     pub claimed_at: Timestamp,
     pub heartbeat_at: Timestamp,
+}
+
+impl WriterLock {
+    fn mark(&self) -> ProcessMark {
+        ProcessMark {
+            pid: self.pid,
+            start_time: self.start_time,
+            boot_id: self.boot_id.clone(),
+            pid_namespace: self.pid_namespace.clone(),
+        }
+    }
+
+    /// True when the holder is this process.
+    fn is_ours(&self) -> bool {
+        judge(&self.mark()) == Liveness::This
+    }
+}
+
+/// What a claim's holder is, as far as this process can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// This process.
+    Ours,
+    /// Another process that runs, or whose heartbeat is younger than the age limit.
+    Alive,
+    /// A process that has ended, or whose heartbeat is older than the age limit.
+    Dead,
+}
+
+/// Judges a lock's holder: by its process when that can be seen from here, else by its heartbeat.
+pub(crate) fn judge_holder(lock: &WriterLock, stale_after: Duration) -> Holder {
+    match judge(&lock.mark()) {
+        Liveness::This => Holder::Ours,
+        Liveness::Alive => Holder::Alive,
+        Liveness::Dead => Holder::Dead,
+        Liveness::Unknown if is_stale(lock, stale_after) => Holder::Dead,
+        Liveness::Unknown => Holder::Alive,
+    }
 }
 
 /// What is on disk.
@@ -62,7 +111,7 @@ pub(crate) fn holder(folder: &Path) -> Result<Option<WriterLock>, AgentError> {
 fn create_exclusive(folder: &Path, lock: &WriterLock) -> Result<bool, AgentError> {
     let path = lock_path(folder);
     let temp = temp_path(folder);
-    write_json(&temp, lock)?;
+    write_json(&temp, lock, Sync::Quick)?;
     let linked = fs::hard_link(&temp, &path);
     let _ = fs::remove_file(&temp);
     match linked {
@@ -74,9 +123,13 @@ fn create_exclusive(folder: &Path, lock: &WriterLock) -> Result<bool, AgentError
 
 fn stamp(run_id: &str, claimed_at: Option<Timestamp>) -> WriterLock {
     let now = Timestamp::now();
+    let me = this_process();
     WriterLock {
         run_id: run_id.to_owned(),
-        pid: std::process::id(),
+        pid: me.pid,
+        start_time: me.start_time,
+        boot_id: me.boot_id.clone(),
+        pid_namespace: me.pid_namespace.clone(),
         claimed_at: claimed_at.unwrap_or_else(|| now.clone()),
         heartbeat_at: now,
     }
@@ -91,12 +144,18 @@ fn is_stale(lock: &WriterLock, stale_after: Duration) -> bool {
 
 /// Claims the session for `run_id` in this process. `holder_status` answers the status of the
 /// current holder's run record (`None` when it has none).
+///
+/// A claim whose holder is alive is never taken, whatever run the newcomer names; one whose holder
+/// is dead is taken at once, except that a paused run's claim stays with that run, which a person
+/// may still answer: only the same run (resumed) takes it.
 pub(crate) fn claim(
     folder: &Path,
     run_id: &str,
     stale_after: Duration,
     holder_status: impl Fn(&str) -> Result<Option<RunStatus>, AgentError>,
 ) -> Result<bool, AgentError> {
+    // Two processes judging the same dead holder must not both take its place.
+    let _serial = ClaimGuard::take(folder)?;
     let mut retried = false;
     loop {
         if create_exclusive(folder, &stamp(run_id, None))? {
@@ -116,24 +175,64 @@ pub(crate) fn claim(
                 retried = true;
             }
             LockState::Missing | LockState::Unreadable => return Ok(false),
-            LockState::Held(lock) if lock.run_id == run_id => {
-                write_json(&lock_path(folder), &stamp(run_id, Some(lock.claimed_at)))?;
-                return Ok(true);
-            }
             LockState::Held(lock) => {
-                // Only a running holder that stopped beating is taken over; a paused one waits for
-                // a person however long that takes.
-                let takeover = holder_status(&lock.run_id)? == Some(RunStatus::Running)
-                    && is_stale(&lock, stale_after);
-                if takeover {
-                    tracing::warn!(
-                        session = %folder.display(), from = %lock.run_id, pid = lock.pid, to = %run_id,
-                        "taking over a stale writer"
-                    );
-                    write_json(&lock_path(folder), &stamp(run_id, None))?;
+                let take = match judge_holder(&lock, stale_after) {
+                    Holder::Ours => lock.run_id == run_id,
+                    Holder::Alive => false,
+                    Holder::Dead => {
+                        lock.run_id == run_id
+                            || holder_status(&lock.run_id)? != Some(RunStatus::Awaiting)
+                    }
+                };
+                if take {
+                    let claimed_at =
+                        (lock.run_id == run_id && lock.is_ours()).then(|| lock.claimed_at.clone());
+                    if claimed_at.is_none() {
+                        tracing::warn!(
+                            session = %folder.display(), from = %lock.run_id, pid = lock.pid, to = %run_id,
+                            "taking the writer claim of a process that has ended"
+                        );
+                    }
+                    write_json(&lock_path(folder), &stamp(run_id, claimed_at), Sync::Quick)?;
                 }
-                return Ok(takeover);
+                return Ok(take);
             }
+        }
+    }
+}
+
+/// The run holding the claim when its holder is dead.
+pub(crate) fn dead_holder(
+    folder: &Path,
+    stale_after: Duration,
+) -> Result<Option<String>, AgentError> {
+    Ok(holder(folder)?
+        .filter(|lock| judge_holder(lock, stale_after) == Holder::Dead)
+        .map(|lock| lock.run_id))
+}
+
+/// An exclusive OS lock on the session folder for the length of a claim, so that reading,
+/// judging and replacing the lock is one step among the processes of this machine. The OS drops
+/// it when its holder dies, so it can never be left behind.
+struct ClaimGuard {
+    #[cfg(unix)]
+    _folder: fs::File,
+}
+
+impl ClaimGuard {
+    fn take(folder: &Path) -> Result<ClaimGuard, AgentError> {
+        #[cfg(unix)]
+        {
+            let file = fs::File::open(folder).map_err(|err| io_error("open", folder, &err))?;
+            file.lock()
+                .map_err(|err| io_error("lock the folder", folder, &err))?;
+            Ok(ClaimGuard { _folder: file })
+        }
+        #[cfg(not(unix))]
+        {
+            // Windows cannot lock a folder; the exclusive create still keeps two fresh claims apart.
+            let _ = folder;
+            Ok(ClaimGuard {})
         }
     }
 }
@@ -162,7 +261,7 @@ pub(crate) fn require_holder(
     run_id: &str,
 ) -> Result<WriterLock, AgentError> {
     match holder(folder)? {
-        Some(lock) if lock.run_id == run_id && lock.pid == std::process::id() => Ok(lock),
+        Some(lock) if lock.run_id == run_id && lock.is_ours() => Ok(lock),
         other => Err(mismatch(session_id, run_id, other.as_ref())),
     }
 }
@@ -171,7 +270,7 @@ pub(crate) fn require_holder(
 /// superseded. No lock, or a lock of another run, lets the write through.
 pub(crate) fn fence(folder: &Path, session_id: &str, run_id: &str) -> Result<(), AgentError> {
     match holder(folder)? {
-        Some(lock) if lock.run_id == run_id && lock.pid != std::process::id() => {
+        Some(lock) if lock.run_id == run_id && !lock.is_ours() => {
             Err(mismatch(session_id, run_id, Some(&lock)))
         }
         _ => Ok(()),
@@ -182,13 +281,13 @@ pub(crate) fn fence(folder: &Path, session_id: &str, run_id: &str) -> Result<(),
 pub(crate) fn heartbeat(folder: &Path, session_id: &str, run_id: &str) -> Result<(), AgentError> {
     let mut lock = require_holder(folder, session_id, run_id)?;
     lock.heartbeat_at = Timestamp::now();
-    write_json(&lock_path(folder), &lock)
+    write_json(&lock_path(folder), &lock, Sync::Quick)
 }
 
 /// Removes the lock when `run_id` in this process holds it.
 pub(crate) fn release(folder: &Path, run_id: &str) -> Result<(), AgentError> {
     match holder(folder)? {
-        Some(lock) if lock.run_id == run_id && lock.pid == std::process::id() => remove(folder),
+        Some(lock) if lock.run_id == run_id && lock.is_ours() => remove(folder),
         _ => Ok(()),
     }
 }

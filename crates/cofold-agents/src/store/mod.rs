@@ -94,6 +94,25 @@ pub trait Store: Send + Sync {
     /// Refreshes the holder's lease without touching `updatedAt`.
     async fn heartbeat(&self, session_id: &str, run_id: &str) -> Result<(), AgentError>;
 
+    /// The run holding the session's writer claim when the process that claimed it is known to
+    /// have ended; `None` when the claim is free or its holder may be alive. Such a run is settled
+    /// (through resume, whose claim takes it over) before anything else writes the session. The
+    /// default knows no dead holders: an in-process store's holders die with the process.
+    async fn dead_writer(&self, session_id: &str) -> Result<Option<String>, AgentError> {
+        let _ = session_id;
+        Ok(None)
+    }
+
+    /// What a run needs of the transcript to build its context: the newest summary and every
+    /// non-summary message no summary covers, in transcript order (the whole transcript when
+    /// nothing was summarized). `context_of` gives the same view of it as of the whole transcript.
+    /// The default reads the whole transcript; a store may read less.
+    async fn list_context_messages(&self, session_id: &str) -> Result<Vec<Message>, AgentError> {
+        Ok(uncovered_messages(
+            self.list_messages(session_id, None).await?,
+        ))
+    }
+
     // Runs.
 
     /// Stores a new run record; `not_found` without the session, `already_exists` for a taken id.
@@ -114,6 +133,16 @@ pub trait Store: Send + Sync {
 
     /// Appends an event; `seq_gap` unless its `seq` is the run's last + 1.
     async fn append_event(&self, event: &Event) -> Result<(), AgentError>;
+
+    /// The `seq` of the run's last stored event, 0 when it has none. The default reads the whole
+    /// log; a store may read only its end.
+    async fn last_event_seq(&self, run: &RunRef) -> Result<u64, AgentError> {
+        Ok(self
+            .list_events(run, None)
+            .await?
+            .last()
+            .map_or(0, |event| event.seq))
+    }
 
     /// The run's events with `seq > after_seq` (all of them without it).
     async fn list_events(
@@ -173,6 +202,45 @@ pub trait Store: Send + Sync {
         scope: &KvScope,
         prefix: Option<&str>,
     ) -> Result<Vec<KvEntry>, AgentError>;
+}
+
+/// The messages of `history` that [`Store::list_context_messages`] answers: the newest summary
+/// and every non-summary message that no summary covers, in order.
+pub fn uncovered_messages(history: Vec<Message>) -> Vec<Message> {
+    use crate::message::MessageSource;
+    use std::collections::HashMap;
+    let is_summary = |m: &Message| m.source == MessageSource::Summary;
+    let newest = history.iter().rposition(is_summary);
+    // Which messages stay, found by looking the summaries' lists up among the messages rather
+    // than the other way round: the lists of a long history's summaries can be far longer than
+    // the messages given.
+    let mut keep: Vec<bool> = history
+        .iter()
+        .enumerate()
+        .map(|(at, m)| !is_summary(m) || Some(at) == newest)
+        .collect();
+    {
+        let mut positions: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (at, m) in history.iter().enumerate() {
+            if !is_summary(m) {
+                positions.entry(m.id.as_str()).or_default().push(at);
+            }
+        }
+        let listed = history
+            .iter()
+            .filter(|m| is_summary(m))
+            .flat_map(|m| m.summarizes.iter().flatten());
+        for id in listed {
+            for &at in positions.get(id.as_str()).into_iter().flatten() {
+                keep[at] = false;
+            }
+        }
+    }
+    history
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(m, keep)| keep.then_some(m))
+        .collect()
 }
 
 /// Orders sessions as `list_sessions` answers: newest `updatedAt` first, ties by id ascending.

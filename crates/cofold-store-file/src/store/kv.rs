@@ -9,8 +9,9 @@ use cofold_agents::store::{KvEntry, KvScope};
 use serde_json::Value;
 
 use super::Inner;
+use crate::durable::{Sync, write_json};
 use crate::home::workspace_slug;
-use crate::jsonl::{create_dirs, io_error, read_json, sorted_entries, write_json};
+use crate::jsonl::{create_dirs, io_error, read_json, sorted_entries};
 use crate::names::{decode_segment, encode_segment};
 
 impl Inner {
@@ -53,7 +54,7 @@ impl Inner {
     ) -> Result<(), AgentError> {
         let path = self.kv_path(scope, key)?;
         create_dirs(&self.kv_folder(scope)?)?;
-        write_json(&path, value)
+        write_json(&path, value, Sync::Durable)
     }
 
     pub(crate) fn kv_delete(&self, scope: &KvScope, key: &str) -> Result<(), AgentError> {

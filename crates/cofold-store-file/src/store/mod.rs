@@ -5,10 +5,14 @@
 //! session's guard, and event appends to one run go through that run's FIFO queue, so concurrent
 //! appends land in the order they were called.
 
+mod context;
+#[cfg(test)]
+mod crash_tests;
 mod cut;
 mod kv;
 pub(crate) mod runs;
 mod sessions;
+pub(crate) mod steps;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,8 +36,10 @@ use crate::names::encode_segment;
 /// How a [`FileStore`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStoreOptions {
-    /// How long a `running` holder may go without a heartbeat before another run may take its
-    /// session over. Default: 60 s.
+    /// How long a claim's holder may go without a heartbeat before it counts as dead, when its
+    /// process cannot be seen from here (another machine or pid namespace, no `/proc`). A holder
+    /// this machine can see is judged by its process at once, whatever its heartbeat. Default:
+    /// 60 s.
     pub stale_after: Duration,
 }
 
@@ -88,6 +94,12 @@ impl FileStore {
     ) -> Result<FileStore, AgentError> {
         let root = root.into();
         create_dirs(&root)?;
+        // Sessions whose delete a crash cut short are already gone from sight; free their space.
+        crate::durable::sweep_tombstones(&root.join("sessions"));
+        let workspaces = root.join("workspaces");
+        for slug in crate::jsonl::sorted_entries(&workspaces)? {
+            crate::durable::sweep_tombstones(&workspaces.join(slug).join("sessions"));
+        }
         let inner = Inner {
             root,
             options,
@@ -140,12 +152,22 @@ impl Inner {
     }
 
     /// Finds a session's folder: the cache, then `sessions/<id>`, then one scan of the workspaces.
+    /// A rewind a crash cut short is finished first, so every caller sees the rewound session.
     pub(crate) fn find_session(&self, session_id: &str) -> Result<Option<PathBuf>, AgentError> {
+        let found = self.locate_session(session_id)?;
+        if let Some(folder) = &found {
+            self.finish_rewind(folder, session_id)?;
+        }
+        Ok(found)
+    }
+
+    fn locate_session(&self, session_id: &str) -> Result<Option<PathBuf>, AgentError> {
         let segment = encode_segment("session id", session_id)?;
-        if let Some(folder) = lock_map(&self.folders).get(session_id)
+        let cached = lock_map(&self.folders).get(session_id).cloned();
+        if let Some(folder) = cached
             && folder.join(SESSION_FILE).is_file()
         {
-            return Ok(Some(folder.clone()));
+            return Ok(Some(folder));
         }
         let mut found = None;
         let plain = self.root.join("sessions").join(&segment);
@@ -312,6 +334,26 @@ impl Store for FileStore {
     async fn heartbeat(&self, session_id: &str, run_id: &str) -> Result<(), AgentError> {
         let (id, run) = (session_id.to_owned(), run_id.to_owned());
         self.blocking(move |inner| inner.heartbeat(&id, &run)).await
+    }
+
+    async fn dead_writer(&self, session_id: &str) -> Result<Option<String>, AgentError> {
+        let id = session_id.to_owned();
+        self.blocking(move |inner| inner.dead_writer(&id)).await
+    }
+
+    async fn list_context_messages(&self, session_id: &str) -> Result<Vec<Message>, AgentError> {
+        let id = session_id.to_owned();
+        self.blocking(move |inner| inner.list_context_messages(&id))
+            .await
+    }
+
+    async fn last_event_seq(&self, run: &RunRef) -> Result<u64, AgentError> {
+        let run = run.clone();
+        self.blocking(move |inner| {
+            let (_, folder) = inner.existing_run(&run)?;
+            runs::last_intact_seq(&folder.join(EVENTS_FILE))
+        })
+        .await
     }
 
     async fn create_run(&self, record: RunRecord) -> Result<(), AgentError> {

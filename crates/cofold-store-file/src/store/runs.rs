@@ -6,27 +6,23 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use cofold_agents::error::AgentError;
-use cofold_agents::event::Event;
+use cofold_agents::event::{Event, EventBody};
 use cofold_agents::id::Timestamp;
 use cofold_agents::store::{
-    PendingRequest, RunRecord, RunRef, RunStatus, RunUpdate, StepPatch, StepRecord, seq_gap,
-    sort_runs, unknown_request,
+    PendingRequest, RunRecord, RunRef, RunStatus, RunUpdate, seq_gap, sort_runs, unknown_request,
 };
 use serde::de::IgnoredAny;
+use serde_json::Value;
 use serde_json::error::Category;
-use serde_json::{Value, json};
 
-use super::{EVENTS_FILE, Inner, RUN_FILE, STEPS_FILE, lock_map};
+use super::{EVENTS_FILE, Inner, RUN_FILE, lock_map};
+use crate::durable::{Sync, write_json};
 use crate::jsonl::{
-    append_lines, create_dirs, io_error, read_json, scan, scan_back, sorted_entries, to_line,
-    write_json,
+    Damage, append_lines, create_dirs, io_error, read_json, report_damage, scan, scan_back,
+    sorted_entries, to_line,
 };
 use crate::lock;
 use crate::names::encode_segment;
-
-/// A model step's `detail` or a tool step's `original.detail` longer than this, serialized, is
-/// stored as `{ "truncated": true, "bytes": <size> }`.
-pub const DETAIL_CAP_BYTES: usize = 262_144;
 
 impl Inner {
     pub(crate) fn create_run(&self, record: RunRecord) -> Result<(), AgentError> {
@@ -35,7 +31,8 @@ impl Inner {
         create_dirs(&runs)?;
         let folder = Self::run_folder(&session, &record.run_id)?;
         match fs::create_dir(&folder) {
-            Ok(()) => {}
+            // The new folder's name must outlast a power loss as much as the record in it.
+            Ok(()) => crate::durable::sync_folder(&runs)?,
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
                 if folder.join(RUN_FILE).is_file() {
                     return Err(AgentError::already_exists(format!(
@@ -46,7 +43,7 @@ impl Inner {
             }
             Err(err) => return Err(io_error("create the folder", &folder, &err)),
         }
-        write_json(&folder.join(RUN_FILE), &record)
+        write_json(&folder.join(RUN_FILE), &record, Sync::Durable)
     }
 
     pub(crate) fn get_run(&self, run: &RunRef) -> Result<Option<RunRecord>, AgentError> {
@@ -82,7 +79,7 @@ impl Inner {
         })?;
         update.apply_to(&mut record);
         record.updated_at = Timestamp::now();
-        write_json(&path, &record)?;
+        write_json(&path, &record, Sync::Durable)?;
         Ok(record)
     }
 
@@ -105,7 +102,7 @@ impl Inner {
         if event.seq != last + 1 {
             return Err(seq_gap(&event.run_id, last + 1, event.seq));
         }
-        append_lines(&path, &to_line(event)?)?;
+        append_lines(&path, &to_line(event)?, is_boundary(&event.body))?;
         *last_seq = Some(event.seq);
         Ok(())
     }
@@ -119,43 +116,6 @@ impl Inner {
         read_events(&folder.join(EVENTS_FILE), after_seq.unwrap_or(0))
     }
 
-    pub(crate) fn append_step(&self, step: StepRecord) -> Result<(), AgentError> {
-        let run = step.run_ref();
-        let (session, folder) = self.existing_run(&run)?;
-        let guard = self.guard(&session);
-        let _held = lock_map(&guard);
-        lock::fence(&session, &run.session_id, &run.run_id)?;
-        append_lines(&folder.join(STEPS_FILE), &to_line(&cap_detail(step))?)
-    }
-
-    pub(crate) fn update_step(
-        &self,
-        run: &RunRef,
-        invocation_id: &str,
-        patch: &StepPatch,
-    ) -> Result<StepRecord, AgentError> {
-        let (session, folder) = self.existing_run(run)?;
-        let guard = self.guard(&session);
-        let _held = lock_map(&guard);
-        lock::fence(&session, &run.session_id, &run.run_id)?;
-        let path = folder.join(STEPS_FILE);
-        let mut step = read_steps(&path)?
-            .into_iter()
-            .find(|step| step.invocation_id() == invocation_id)
-            .ok_or_else(|| {
-                AgentError::not_found(format!("run {} has no step {invocation_id}", run.run_id))
-            })?;
-        step.apply(patch);
-        let step = cap_detail(step);
-        append_lines(&path, &to_line(&step)?)?;
-        Ok(step)
-    }
-
-    pub(crate) fn list_steps(&self, run: &RunRef) -> Result<Vec<StepRecord>, AgentError> {
-        let (_, folder) = self.existing_run(run)?;
-        read_steps(&folder.join(STEPS_FILE))
-    }
-
     pub(crate) fn create_request(&self, request: &PendingRequest) -> Result<(), AgentError> {
         let run = request.run_ref();
         let (session, folder) = self.existing_run(&run)?;
@@ -166,7 +126,7 @@ impl Inner {
             "{}.json",
             encode_segment("request id", &request.request_id)?
         );
-        write_json(&requests.join(name), request)
+        write_json(&requests.join(name), request, Sync::Durable)
     }
 
     pub(crate) fn get_request(
@@ -201,7 +161,7 @@ impl Inner {
             read_json(&path)?.ok_or_else(|| unknown_request(run, request_id))?;
         request.resolution = Some(resolution);
         request.resolved_at = Some(Timestamp::now());
-        write_json(&path, &request)?;
+        write_json(&path, &request, Sync::Durable)?;
         Ok(request)
     }
 }
@@ -287,63 +247,25 @@ fn read_events_back(path: &Path, after: u64) -> Result<Vec<Event>, AgentError> {
             Err(err) if visited == 1 || err.classify() == Category::Eof => {
                 Ok(ControlFlow::Continue(()))
             }
-            Err(err) => Err(damaged_near_end(path, visited, &err)),
+            Err(err) => {
+                report_damage(path, &Damage::FromEnd(visited), Some(&err));
+                Ok(ControlFlow::Continue(()))
+            }
         }
     })?;
     events.reverse();
     Ok(events)
 }
 
-/// The error for a damaged line found while reading a file backwards.
-pub(crate) fn damaged_near_end(
-    path: &Path,
-    from_end: usize,
-    err: &serde_json::Error,
-) -> AgentError {
-    AgentError::internal(format!(
-        "{} is damaged {from_end} lines from its end ({err}); the file was left as it is, so mend or remove that line",
-        path.display()
-    ))
-}
-
-/// Folds a step log: one entry per invocation id in order of first appearance, the last line
-/// winning.
-pub(crate) fn read_steps(path: &Path) -> Result<Vec<StepRecord>, AgentError> {
-    let mut steps: Vec<StepRecord> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    scan(path, |line| {
-        let step: StepRecord = serde_json::from_slice(line)?;
-        match index.get(step.invocation_id()) {
-            Some(&at) => steps[at] = step,
-            None => {
-                index.insert(step.invocation_id().to_owned(), steps.len());
-                steps.push(step);
-            }
-        }
-        Ok(())
-    })?;
-    Ok(steps)
-}
-
-fn capped(detail: Option<Value>) -> Option<Value> {
-    let detail = detail?;
-    let bytes = serde_json::to_vec(&detail).map_or(0, |bytes| bytes.len());
-    if bytes > DETAIL_CAP_BYTES {
-        Some(json!({ "truncated": true, "bytes": bytes }))
-    } else {
-        Some(detail)
-    }
-}
-
-/// Replaces an oversized detail by its size, so one huge tool result cannot bloat the log.
-fn cap_detail(mut step: StepRecord) -> StepRecord {
-    match &mut step {
-        StepRecord::Model(model) => model.detail = capped(model.detail.take()),
-        StepRecord::Tool(tool) => {
-            if let Some(original) = &mut tool.original {
-                original.detail = capped(original.detail.take());
-            }
-        }
-    }
-    step
+/// Whether an event marks a point a person would not want to lose, so the log is synced after
+/// it: everything but the stream of a model's reply and the announcements of work whose own
+/// record (the step, synced when a tool starts) says more.
+fn is_boundary(body: &EventBody) -> bool {
+    !matches!(
+        body,
+        EventBody::ModelDelta { .. }
+            | EventBody::ModelStarted { .. }
+            | EventBody::ToolProposed { .. }
+            | EventBody::ToolStarted { .. }
+    )
 }

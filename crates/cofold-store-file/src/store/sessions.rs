@@ -13,12 +13,13 @@ use cofold_agents::store::{
 };
 use serde_json::error::Category;
 
-use super::runs::damaged_near_end;
 use super::{Inner, MESSAGES_FILE, RUN_FILE, SESSION_FILE, lock_map};
+use crate::durable::{Sync, remove_folder, rename, sync_folder, temp_path, write_json};
 use crate::jsonl::{
-    append_lines, create_dirs, io_error, read_json, scan_back, sorted_entries, to_line, write_json,
+    Damage, append_lines, create_dirs, io_error, read_json, report_damage, scan_back,
+    sorted_entries, to_line,
 };
-use crate::lock;
+use crate::lock::{self, Holder};
 use crate::names::encode_segment;
 
 impl Inner {
@@ -38,7 +39,7 @@ impl Inner {
         let mut stored = record.clone();
         stored.active_writer_run_id = None;
         stored.active_writer_pid = None;
-        write_json(&folder.join(SESSION_FILE), &stored)
+        write_json(&folder.join(SESSION_FILE), &stored, Sync::Durable)
     }
 
     /// The status of a run of this session, when it has a record.
@@ -47,11 +48,14 @@ impl Inner {
         Ok(read_json::<RunRecord>(&path)?.map(|record| record.status))
     }
 
-    /// True while the claim holder is a run whose status is `running`.
-    pub(crate) fn held_by_running_run(folder: &Path) -> Result<bool, AgentError> {
+    /// True while the claim holder is a live process running a run whose status is `running`. A
+    /// dead holder blocks nothing.
+    pub(crate) fn held_by_running_run(&self, folder: &Path) -> Result<bool, AgentError> {
         match lock::holder(folder)? {
-            Some(lock) => Ok(Self::run_status(folder, &lock.run_id)? == Some(RunStatus::Running)),
-            None => Ok(false),
+            Some(lock) if lock::judge_holder(&lock, self.options.stale_after) != Holder::Dead => {
+                Ok(Self::run_status(folder, &lock.run_id)? == Some(RunStatus::Running))
+            }
+            _ => Ok(false),
         }
     }
 
@@ -74,16 +78,6 @@ impl Inner {
         let parent = self.sessions_parent(new.workspace.as_deref());
         create_dirs(&parent)?;
         let folder = parent.join(encode_segment("session id", &new.session_id)?);
-        match fs::create_dir(&folder) {
-            Ok(()) => {}
-            // A folder without its record is what a crash during a create leaves; finish it.
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                if folder.join(SESSION_FILE).is_file() {
-                    return Err(taken());
-                }
-            }
-            Err(err) => return Err(io_error("create the folder", &folder, &err)),
-        }
         let now = Timestamp::now();
         let record = SessionRecord {
             session_id: new.session_id.clone(),
@@ -94,7 +88,32 @@ impl Inner {
             active_writer_run_id: None,
             active_writer_pid: None,
         };
-        Self::write_session(&folder, &record)?;
+        // The session is made whole in a temporary folder and renamed into place, so its folder
+        // never exists without its record.
+        let staging = temp_path(&parent);
+        create_dirs(&staging)?;
+        if let Err(err) = Self::write_session(&staging, &record) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(err);
+        }
+        if folder.exists() && !folder.join(SESSION_FILE).is_file() {
+            // A folder without its record is what an older version left when a crash cut a delete
+            // or a create short: nothing in it belongs to the new session.
+            tracing::warn!(folder = %folder.display(), "setting aside a session folder without its record");
+            remove_folder(&folder)?;
+        }
+        if let Err(err) = rename(&staging, &folder) {
+            let _ = fs::remove_dir_all(&staging);
+            // Another process created the same session meanwhile.
+            if matches!(
+                err.kind(),
+                io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists
+            ) {
+                return Err(taken());
+            }
+            return Err(io_error("move the new session into", &folder, &err));
+        }
+        sync_folder(&parent)?;
         lock_map(&self.folders).insert(new.session_id, folder);
         Ok(record)
     }
@@ -152,19 +171,17 @@ impl Inner {
         let folder = self.session_folder(session_id)?;
         let guard = self.guard(&folder);
         let _held = lock_map(&guard);
-        if Self::held_by_running_run(&folder)? {
+        if self.held_by_running_run(&folder)? {
             return Err(AgentError::new(
                 ErrorCode::WriterBusy,
                 format!("session {session_id} cannot be deleted while a running run holds it"),
             ));
         }
-        // Removing the record first makes the session disappear at once, even if removing the rest
-        // fails half-way.
-        let record = folder.join(SESSION_FILE);
-        fs::remove_file(&record).map_err(|err| io_error("remove", &record, &err))?;
-        fs::remove_dir_all(&folder).map_err(|err| io_error("remove", &folder, &err))?;
+        // One rename takes the whole session out of sight, so a crash leaves it whole or gone,
+        // and an id created again later starts empty.
+        let removed = remove_folder(&folder);
         self.forget_session(session_id);
-        Ok(())
+        removed
     }
 
     pub(crate) fn append_messages(
@@ -184,17 +201,24 @@ impl Inner {
         for message in messages {
             lines.extend_from_slice(&to_line(message)?);
         }
-        append_lines(&folder.join(MESSAGES_FILE), &lines)?;
+        // Every stored message is a boundary a person would not want to lose: a user message, an
+        // answer, a tool result.
+        append_lines(&folder.join(MESSAGES_FILE), &lines, true)?;
+        Self::index_after_append(&folder, messages)?;
+        // The messages are on disk; these two refreshes may be lost to a power loss without harm
+        // (the old record stays whole), so the folder is not synced for them.
         let now = Timestamp::now();
         if let Some(mut session) = read_json::<SessionRecord>(&folder.join(SESSION_FILE))? {
             session.updated_at = now.clone();
-            Self::write_session(&folder, &session)?;
+            session.active_writer_run_id = None;
+            session.active_writer_pid = None;
+            write_json(&folder.join(SESSION_FILE), &session, Sync::Replace)?;
         }
         let run_path = Self::run_folder(&folder, run_id)?.join(RUN_FILE);
         if let Some(mut run) = read_json::<RunRecord>(&run_path)? {
             run.last_message_id = Some(last.id.clone());
             run.updated_at = now;
-            write_json(&run_path, &run)?;
+            write_json(&run_path, &run, Sync::Replace)?;
         }
         Ok(())
     }
@@ -213,6 +237,11 @@ impl Inner {
         lock::claim(&folder, run_id, self.options.stale_after, |holder| {
             Self::run_status(&folder, holder)
         })
+    }
+
+    pub(crate) fn dead_writer(&self, session_id: &str) -> Result<Option<String>, AgentError> {
+        let folder = self.session_folder(session_id)?;
+        lock::dead_holder(&folder, self.options.stale_after)
     }
 
     pub(crate) fn release_writer(&self, session_id: &str, run_id: &str) -> Result<(), AgentError> {
@@ -241,7 +270,7 @@ pub(crate) fn read_messages(path: &Path, limit: Option<usize>) -> Result<Vec<Mes
                 Ok(message) => window.push(message),
                 // A torn line anywhere, or any bad last line, is what a crash leaves.
                 Err(err) if visited == 1 || err.classify() == Category::Eof => {}
-                Err(err) => return Err(damaged_near_end(path, visited, &err)),
+                Err(err) => report_damage(path, &Damage::FromEnd(visited), Some(&err)),
             }
             Ok(if window.len() == limit {
                 ControlFlow::Break(())

@@ -35,6 +35,20 @@ async fn the_lock_names_run_and_pid_and_only_the_heartbeat_moves() {
         .keys()
         .map(String::as_str)
         .collect();
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        keys,
+        [
+            "runId",
+            "pid",
+            "startTime",
+            "bootId",
+            "pidNamespace",
+            "claimedAt",
+            "heartbeatAt"
+        ]
+    );
+    #[cfg(not(target_os = "linux"))]
     assert_eq!(keys, ["runId", "pid", "claimedAt", "heartbeatAt"]);
     assert_eq!(first["runId"], "r1");
     assert_eq!(first["pid"], std::process::id());
@@ -230,5 +244,177 @@ async fn a_second_writer_is_refused_clearly_and_loses_nothing() {
             .claim_writer("s1", "r2")
             .await
             .expect("claim over an unreadable lock")
+    );
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
+#[cfg(target_os = "linux")]
+fn start_time_of(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("the child's stat");
+    let after = &stat[stat.rfind(')').expect("a command name") + 1..];
+    after
+        .split_whitespace()
+        .nth(19)
+        .expect("field 22")
+        .parse()
+        .expect("a number")
+}
+
+/// Makes `folder`'s lock name `run_id` in process `pid`, with a heartbeat of `heartbeat_at`.
+#[cfg(target_os = "linux")]
+fn hand_over(folder: &Path, run_id: &str, pid: u32, start_time: u64, heartbeat_at: &str) {
+    let mut lock = read_lock(folder);
+    lock["runId"] = json!(run_id);
+    lock["pid"] = json!(pid);
+    lock["startTime"] = json!(start_time);
+    lock["heartbeatAt"] = json!(heartbeat_at);
+    write_lock(folder, &lock);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_live_holder_is_never_taken_over_whatever_run_the_newcomer_names() {
+    use std::process::{Command, Stdio};
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    assert!(disk.store.claim_writer("s1", "r1").await.expect("claim"));
+    let folder = disk.session_dir("s1").await;
+    // A real process that lives until its input closes, holding the claim with a heartbeat far
+    // older than any age limit: its process is what counts.
+    let mut child = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start cat");
+    let pid = child.id();
+    hand_over(
+        &folder,
+        "r1",
+        pid,
+        start_time_of(pid),
+        "2000-01-01T00:00:00.000000Z",
+    );
+    let fresh = disk.reopen();
+    assert!(!fresh.claim_writer("s1", "r2").await.expect("another run"));
+    assert!(
+        !fresh
+            .claim_writer("s1", "r1")
+            .await
+            .expect("the same run id"),
+        "a resume naming the live run does not take it over"
+    );
+    assert_eq!(fresh.dead_writer("s1").await.expect("dead_writer"), None);
+    assert_eq!(
+        fresh.delete_session("s1").await.expect_err("delete").code,
+        ErrorCode::WriterBusy
+    );
+    assert_eq!(read_lock(&folder)["pid"], pid, "the lock is untouched");
+
+    // The same process gone: the claim is taken at once.
+    drop(child.stdin.take());
+    child.wait().expect("reap cat");
+    assert_eq!(
+        fresh
+            .dead_writer("s1")
+            .await
+            .expect("dead_writer")
+            .as_deref(),
+        Some("r1")
+    );
+    assert!(
+        fresh
+            .claim_writer("s1", "r1")
+            .await
+            .expect("resume the run")
+    );
+    assert_eq!(read_lock(&folder)["pid"], std::process::id());
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_dead_holder_is_seen_at_once_even_with_a_fresh_heartbeat() {
+    use std::process::Command;
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    run(&disk.store, "s1", "r3", RunStatus::Awaiting).await;
+    assert!(disk.store.claim_writer("s1", "r1").await.expect("claim"));
+    let folder = disk.session_dir("s1").await;
+    // The pid of a process that has exited and been reaped; the heartbeat is from just now.
+    let mut child = Command::new("true").spawn().expect("start true");
+    let exited = child.id();
+    child.wait().expect("reap true");
+    let now = read_lock(&folder)["heartbeatAt"].clone();
+    let now = now.as_str().expect("a timestamp").to_owned();
+    hand_over(&folder, "r1", exited, 1, &now);
+
+    let fresh = disk.reopen();
+    assert_eq!(
+        fresh
+            .dead_writer("s1")
+            .await
+            .expect("dead_writer")
+            .as_deref(),
+        Some("r1")
+    );
+    let err = fresh
+        .truncate("s1", "none")
+        .await
+        .expect_err("an unknown message");
+    assert_eq!(
+        err.code,
+        ErrorCode::NotFound,
+        "a dead running holder does not make the session busy: {}",
+        err.message
+    );
+    assert!(
+        fresh.claim_writer("s1", "r2").await.expect("a new run"),
+        "no waiting out the heartbeat"
+    );
+    assert_eq!(read_lock(&folder)["runId"], "r2");
+
+    // A paused run's claim left by a dead process stays with that run.
+    hand_over(&folder, "r3", exited, 1, &now);
+    assert!(!fresh.claim_writer("s1", "r4").await.expect("another run"));
+    assert!(
+        fresh
+            .claim_writer("s1", "r3")
+            .await
+            .expect("the paused run resumed")
+    );
+}
+
+#[tokio::test]
+async fn a_holder_on_another_machine_is_judged_by_its_heartbeat() {
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    assert!(disk.store.claim_writer("s1", "r1").await.expect("claim"));
+    let folder = disk.session_dir("s1").await;
+    // Another boot: its pid means nothing here, so only the heartbeat can tell.
+    let mut lock = read_lock(&folder);
+    lock["bootId"] = json!("a-boot-of-another-machine");
+    lock["pid"] = json!(1);
+    write_lock(&folder, &lock);
+    let fresh = disk.reopen();
+    assert!(
+        !fresh.claim_writer("s1", "r2").await.expect("claim"),
+        "a fresh heartbeat holds"
+    );
+    assert_eq!(fresh.dead_writer("s1").await.expect("dead_writer"), None);
+    lock["heartbeatAt"] = json!("2000-01-01T00:00:00.000000Z");
+    write_lock(&folder, &lock);
+    assert_eq!(
+        fresh
+            .dead_writer("s1")
+            .await
+            .expect("dead_writer")
+            .as_deref(),
+        Some("r1")
+    );
+    assert!(
+        fresh.claim_writer("s1", "r2").await.expect("claim"),
+        "a heartbeat past the age limit is a dead holder"
     );
 }

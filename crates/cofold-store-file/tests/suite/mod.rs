@@ -1,5 +1,6 @@
 mod bad_input;
 mod conformance;
+mod context;
 mod kill;
 mod layout;
 mod locking;
