@@ -80,6 +80,13 @@ async fn recover(agent: &Agent, shared: Arc<Shared>, kind: RunKind, sentence: &s
         .await
         .unwrap_or_default();
     runner.next_seq = events.last().map_or(1, |e| e.seq + 1);
+    if record.status.is_terminal() {
+        // It panicked between its last writes: the claim must not outlive it.
+        let _ = runner
+            .store
+            .release_writer(&run.session_id, &run.run_id)
+            .await;
+    }
     if record.status.is_terminal() || record.status == RunStatus::Awaiting {
         // It already ended, or it waits on a person with its request stored: leave the record
         // as it is, so a later resume can still answer the request.

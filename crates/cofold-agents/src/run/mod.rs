@@ -428,7 +428,8 @@ impl Runner {
     /// Starts (or restarts) the heartbeat.
     pub(crate) fn start_heartbeat(&mut self) {
         self.stop_heartbeat();
-        let store = self.store.clone();
+        // The agent's own store: the beat runs beside the task and must not touch its notes.
+        let store = self.agent.store().clone();
         let (session, run) = (self.session_id().to_owned(), self.run_id().to_owned());
         self.heartbeat = Some(tokio::spawn(async move {
             let period = Duration::from_millis(HEARTBEAT_MS);

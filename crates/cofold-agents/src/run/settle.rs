@@ -9,10 +9,11 @@
 //! result its step recorded.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::batch::tool_message;
 use super::tool_call::{bound, error_result};
-use super::{ResumeOptions, Runner, resume};
+use super::{Hold, ResumeOptions, Runner, resume};
 use crate::agent::Agent;
 use crate::error::{AgentError, ErrorCode};
 use crate::event::{OutcomeKind, RunOutcome};
@@ -215,6 +216,15 @@ pub async fn settle_dead_runs(
     let run = RunRef::new(session_id, holder.clone());
     match store.get_run(&run).await? {
         Some(record) if record.status == RunStatus::Running => {}
+        Some(record) if record.status.is_terminal() => {
+            // A run that ended but still holds the claim stopped between its last two writes;
+            // unless a task of this process is about to release it, the claim is let go.
+            let key = Arc::as_ptr(store) as *const () as usize;
+            if Hold::take(key, session_id, &holder).is_some() {
+                store.release_writer(session_id, &holder).await?;
+            }
+            return Ok(None);
+        }
         _ => return Ok(None),
     }
     let handle = resume(agent, ResumeOptions::new(session_id, holder));

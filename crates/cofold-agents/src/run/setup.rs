@@ -111,11 +111,14 @@ impl Runner {
             .store
             .claim_writer(self.session_id(), self.run_id())
             .await?;
-        if !claimed
-            && super::settle_dead_runs(&self.agent, self.session_id())
-                .await
-                .is_ok_and(|settled| settled.is_some())
-        {
+        if !claimed {
+            if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
+                self.agent.warn(&format!(
+                    "could not settle the run holding session {}: {}",
+                    self.session_id(),
+                    error.message
+                ));
+            }
             claimed = self
                 .store
                 .claim_writer(self.session_id(), self.run_id())

@@ -6,6 +6,8 @@
 //! its reply is stored as a summary of its own, so a failure halfway keeps what was done. A turn
 //! with nothing new to cover does not compact at all.
 
+use std::collections::HashSet;
+
 use serde_json::json;
 
 use super::{Exit, Flow, RunKind, Runner, error_detail};
@@ -20,6 +22,21 @@ use crate::message::{Message, MessageSource, Part, Role, text_of};
 use crate::model::ModelRequest;
 use crate::pairing::pair_tool_results;
 use crate::store::StepStatus;
+
+/// The ids a summary stands for, in the order they were first covered.
+#[derive(Default)]
+struct Covered {
+    ids: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Covered {
+    fn add(&mut self, id: &str) {
+        if self.seen.insert(id.to_owned()) {
+            self.ids.push(id.to_owned());
+        }
+    }
+}
 
 /// One chunk's request and what its summary will stand for.
 struct Chunk {
@@ -73,7 +90,7 @@ impl Runner {
             .rev()
             .find(|m| m.source == MessageSource::Summary)
             .cloned();
-        let mut all_ids: Vec<String> = Vec::new();
+        let mut all_ids = Covered::default();
         for summary in history
             .iter()
             .filter(|m| m.source == MessageSource::Summary)
@@ -84,9 +101,7 @@ impl Runner {
                 .flatten()
                 .chain(std::iter::once(&summary.id))
             {
-                if !all_ids.contains(id) {
-                    all_ids.push(id.clone());
-                }
+                all_ids.add(id);
             }
         }
 
@@ -147,7 +162,7 @@ impl Runner {
         &mut self,
         instructions: &str,
         chunk: Chunk,
-        all_ids: &mut Vec<String>,
+        all_ids: &mut Covered,
         history: &[Message],
     ) -> Flow<Message> {
         let estimate = self.agent.context().estimator();
@@ -215,10 +230,8 @@ impl Runner {
         })
         .await?;
 
-        for id in chunk.covered {
-            if !all_ids.contains(&id) {
-                all_ids.push(id);
-            }
+        for id in &chunk.covered {
+            all_ids.add(id);
         }
         let summary = Message {
             id: new_id(),
@@ -226,7 +239,7 @@ impl Runner {
             parts: vec![Part::text(summary_text(&text))],
             source: MessageSource::Summary,
             created_at: Timestamp::now(),
-            summarizes: Some(all_ids.clone()),
+            summarizes: Some(all_ids.ids.clone()),
         };
         self.append(std::slice::from_ref(&summary)).await?;
         let mut after_history = history.to_vec();
