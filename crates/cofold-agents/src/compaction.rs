@@ -485,6 +485,32 @@ mod tests {
     }
 
     #[test]
+    fn cutting_to_fit_trims_the_longest_pieces_and_says_so() {
+        let est: Estimator<'_> = &default_estimate;
+        let mut big = result("r", "1");
+        if let Part::ToolResult(r) = &mut big.parts[0] {
+            r.content = "z".repeat(4000);
+        }
+        let messages = vec![call("c", "1"), big, text("t", Role::Assistant, "short")];
+        let cut = cut_to_fit(&messages, 300, est);
+        assert!(estimate_messages(&cut, est) <= 300);
+        let Part::ToolResult(r) = &cut[1].parts[0] else {
+            panic!("a result")
+        };
+        assert!(r.content.contains("cut to fit the model's context"));
+        assert_eq!(text_of_first(&cut[2]), "short", "short pieces stay whole");
+        // Something that fits is left as it is.
+        assert_eq!(cut_to_fit(&messages, 10_000, est), messages);
+    }
+
+    fn text_of_first(message: &Message) -> &str {
+        match &message.parts[0] {
+            Part::Text { text } => text,
+            _ => "",
+        }
+    }
+
+    #[test]
     fn auto_compact_point_examples() {
         assert_eq!(auto_compact_point(Some(10000), None, 0.8), (10000, 8000));
         assert_eq!(

@@ -286,3 +286,43 @@ async fn a_resumed_run_takes_an_external_abort() {
     );
     assert!(p.runs.lock().expect("runs").is_empty());
 }
+
+/// A `before_tool` hook that fails on the call whose text is `fail`.
+struct FailingHook;
+#[async_trait]
+impl Hooks for FailingHook {
+    async fn before_tool(
+        &self,
+        call: &ToolCall,
+        _tool: &Tool,
+        _run: &RunInfo,
+    ) -> Result<BeforeTool, String> {
+        match call.input.as_ref().and_then(|i| i["text"].as_str()) {
+            Some("fail") => Err("the hook could not decide".into()),
+            _ => Ok(BeforeTool::Allow),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hook_error_mid_batch_leaves_every_call_answered() {
+    let model = FakeModel::new(vec![FakeStep::tool_calls(vec![
+        FakeCall::new("echo", json!({ "text": "ok" })),
+        FakeCall::new("echo", json!({ "text": "fail" })),
+        FakeCall::new("echo", json!({ "text": "never" })),
+    ])]);
+    let store = memory();
+    let agent = builder(&model, store.clone())
+        .tool(echo_tool())
+        .hooks(Arc::new(FailingHook))
+        .build()
+        .expect("agent");
+    let handle = run(&agent, RunOptions::new("s", "x"));
+    let (code, _) = failed_with(&handle.outcome().await);
+    assert_eq!(code, ErrorCode::HookError);
+    let messages = settled_cleanly(&*store, handle.run_id()).await;
+    assert_eq!(result_of(&messages[2]).0, "echo:ok");
+    assert!(result_of(&messages[3]).0.starts_with("not run"));
+    assert!(result_of(&messages[4]).0.starts_with("not run"));
+    assert_eq!(messages.len(), 5, "each call answered once");
+}
