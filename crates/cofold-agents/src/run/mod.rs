@@ -7,6 +7,7 @@
 //! the same sequence.
 
 mod batch;
+mod finish;
 mod guard;
 mod handle;
 mod hold;
@@ -29,12 +30,12 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::agent::Agent;
-use crate::error::{AgentError, ErrorCode, ErrorInfo};
+use crate::error::{AgentError, ErrorCode};
 use crate::event::{Denial, Event, EventBody, OutcomeKind, RunOutcome, StopReason};
 use crate::id::{Timestamp, new_id};
 use crate::message::{Input, Message, MessageSource, Part, Role, ToolCall};
 use crate::model::Usage;
-use crate::store::{RunRef, RunUpdate, Store};
+use crate::store::{RunRef, Store};
 use crate::tool::{AbortReason, AbortSignal, KvScopes, Tool};
 use crate::usage::{ZERO_USAGE, micros_to_usd};
 
@@ -471,96 +472,6 @@ impl Runner {
             Ok(()) => Exit::Finish(self.abort_outcome()),
             Err(error) => Exit::Error(error),
         }
-    }
-
-    /// Ends the run for `exit`: record, claim, final event, then the handle.
-    pub(crate) async fn conclude(self, exit: Exit) {
-        match exit {
-            Exit::Settle(outcome) => self.settle(outcome),
-            Exit::Error(error) if is_takeover(&error) => self.superseded(),
-            Exit::Error(error) => {
-                self.finish(OutcomeKind::Failed {
-                    error: error.info(),
-                })
-                .await
-            }
-            Exit::Finish(kind) => self.finish(kind).await,
-        }
-    }
-
-    /// Another process took this run over: settle `failed superseded`, write nothing more.
-    fn superseded(self) {
-        let error = ErrorInfo {
-            code: ErrorCode::Superseded,
-            message: format!("run {} was taken over by another process", self.run_id()),
-            detail: None,
-        };
-        let outcome = self.outcome(OutcomeKind::Failed { error });
-        self.settle(outcome);
-    }
-
-    /// Writes the end of the run (harness §3.4 "Finishing"), then settles the handle.
-    async fn finish(mut self, kind: OutcomeKind) {
-        let awaiting = matches!(kind, OutcomeKind::Awaiting { .. });
-        let outcome = self.outcome(kind);
-        let pending = match &outcome.kind {
-            OutcomeKind::Awaiting { request_id, .. } => Some(Some(request_id.clone())),
-            _ => Some(None),
-        };
-        let update = RunUpdate {
-            run: self.run_ref(),
-            status: Some(outcome.status()),
-            pending_request_id: pending,
-            usage: Some(outcome.usage),
-            steps: Some(outcome.steps),
-            cost: outcome.cost,
-            denials: Some(outcome.denials.clone()),
-            last_message_id: None,
-        };
-        if !awaiting && self.claimed {
-            self.answer_open_calls().await;
-        }
-        let written = async {
-            self.store.update_run(update).await?;
-            if !awaiting && self.claimed {
-                self.store
-                    .release_writer(self.session_id(), self.run_id())
-                    .await?;
-                self.claimed = false;
-            }
-            self.emit(EventBody::RunFinished {
-                outcome: outcome.clone(),
-            })
-            .await
-        }
-        .await;
-        match written {
-            Ok(()) => self.settle(outcome),
-            Err(error) if is_takeover(&error) => self.superseded(),
-            Err(error) => {
-                if self.claimed {
-                    let _ = self
-                        .store
-                        .release_writer(self.session_id(), self.run_id())
-                        .await;
-                }
-                let failed = OutcomeKind::Failed {
-                    error: AgentError::internal(error.message).info(),
-                };
-                let outcome = self.outcome(failed);
-                self.settle(outcome);
-            }
-        }
-    }
-
-    /// Closes the handle with `outcome` and stops every timer; nothing is written.
-    pub(crate) fn settle(mut self, outcome: RunOutcome) {
-        self.stop_heartbeat();
-        for watcher in self.watchers.drain(..) {
-            watcher.abort();
-        }
-        self.hold = None;
-        self.side.shared.close(outcome);
     }
 }
 
