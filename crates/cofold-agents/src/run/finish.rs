@@ -8,7 +8,21 @@ use crate::store::RunUpdate;
 
 impl Runner {
     /// Ends the run for `exit`: record, claim, final event, then the handle.
-    pub(crate) async fn conclude(self, exit: Exit) {
+    pub(crate) async fn conclude(mut self, exit: Exit) {
+        let exit = match exit {
+            // A store call cut short by the stop: the run ends as the stop says, with what can
+            // still be written (the open calls' answers, then the marker).
+            Exit::Error(error)
+                if error.code == ErrorCode::Aborted && self.signal().is_aborted() =>
+            {
+                self.agent.warn(&error.message);
+                if self.claimed {
+                    self.answer_open_calls().await;
+                }
+                self.interrupt().await
+            }
+            other => other,
+        };
         match exit {
             Exit::Settle(outcome) => self.settle(outcome),
             Exit::Error(error) if is_takeover(&error) => self.superseded(),

@@ -6,7 +6,8 @@
 //! the write is usually about to land, and a half-awaited write followed by the interrupt marker
 //! could put them in the wrong order. So a call that is in flight when the abort fires, and every
 //! call made after it (the marker, the run record, the claim release), gets [`STORE_GRACE`] to
-//! finish; one that takes longer fails `internal`, and the run settles without writing more.
+//! finish; one that takes longer fails `aborted`, and the run ends as the stop says with what
+//! can still be written.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::handle::Shared;
-use crate::error::AgentError;
+use crate::error::{AgentError, ErrorCode};
 use crate::event::Event;
 use crate::message::Message;
 use crate::store::{
@@ -57,10 +58,13 @@ impl RunStore {
             _ = self.signal.cancelled() => {
                 match tokio::time::timeout(STORE_GRACE, &mut work).await {
                     Ok(result) => result,
-                    Err(_) => Err(AgentError::internal(format!(
-                        "the store did not finish {what} within {} s of the run being stopped",
-                        STORE_GRACE.as_secs()
-                    ))),
+                    Err(_) => Err(AgentError::new(
+                        ErrorCode::Aborted,
+                        format!(
+                            "the store did not finish {what} within {} s of the run being stopped",
+                            STORE_GRACE.as_secs()
+                        ),
+                    )),
                 }
             }
         };

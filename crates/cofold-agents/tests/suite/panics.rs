@@ -326,3 +326,33 @@ async fn a_hook_error_mid_batch_leaves_every_call_answered() {
     assert!(result_of(&messages[4]).0.starts_with("not run"));
     assert_eq!(messages.len(), 5, "each call answered once");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_reaches_a_store_call_that_never_answers() {
+    // Paused time: the store's grace after the cancel passes as soon as nothing else can run.
+    let model = FakeModel::new(vec![echo_call("a"), FakeStep::text("never")]);
+    let memory = memory();
+    let store = FaultStore::over(memory.clone());
+    store.stall("append_step");
+    let agent = echo_agent(&model, store.clone());
+    let handle = run(&agent, RunOptions::new("s", "x"));
+    store.stalled_at.notified().await;
+    handle.cancel(Some("stuck".into()));
+    let outcome = handle.outcome().await;
+    assert!(
+        matches!(&outcome.kind, OutcomeKind::Cancelled { reason } if reason.as_deref() == Some("stuck")),
+        "{outcome:?}"
+    );
+    let messages = memory.list_messages("s", None).await.expect("messages");
+    assert_eq!(text(messages.last().expect("marker")), INTERRUPT_MARKER);
+    let session = memory
+        .get_session("s")
+        .await
+        .expect("get")
+        .expect("session");
+    assert_eq!(session.active_writer_run_id, None);
+    assert_eq!(
+        types(&all_events(&handle).await).last(),
+        Some(&"run.finished")
+    );
+}
