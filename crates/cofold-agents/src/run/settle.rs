@@ -200,8 +200,8 @@ fn recorded_result(step: &ToolStep, max_chars: usize) -> Option<ToolResult> {
 /// returned. A holder that is alive is left alone: in this process the in-process hold refuses
 /// the resume; in another, the store refuses the claim. `Ok(None)` when nothing was settled.
 ///
-/// Hosts call this when they open a session (at startup, or on its first use); `run` does it by
-/// itself when a dead run's claim is in its way.
+/// A host may call this when it opens a session (at startup, or on its first use); `run` does
+/// it by itself when a dead run's claim is in its way.
 pub async fn settle_dead_runs(
     agent: &Agent,
     session_id: &str,
