@@ -131,7 +131,10 @@ fn keep_from(
 }
 
 /// The messages of a request: the newest units of `view` that fit in `max_tokens` less the
-/// instructions' estimate (the newest unit always), with reasoning parts stripped.
+/// instructions' estimate, with reasoning parts stripped. The newest unit is always taken; when
+/// it alone is over the budget (one huge batch of tool results, one huge paste), its longest
+/// texts and results are cut to fit, each saying how much was left out, so that one oversized
+/// batch cannot wedge a session.
 pub fn select_for_request(
     view: &[Message],
     instructions: &str,
@@ -140,11 +143,108 @@ pub fn select_for_request(
 ) -> Vec<Message> {
     let budget = max_tokens.saturating_sub(estimate(instructions));
     let start = keep_from(view, budget, true, estimate);
-    view[start..]
+    let picked = strip_reasoning(&view[start..]);
+    if estimate_messages(&picked, estimate) > budget {
+        cut_to_fit(&picked, budget, estimate)
+    } else {
+        picked
+    }
+}
+
+/// The messages without their reasoning parts (the store keeps them; requests never carry them).
+pub fn strip_reasoning(messages: &[Message]) -> Vec<Message> {
+    messages
         .iter()
         .map(|m| {
             let mut m = m.clone();
             m.parts.retain(|p| !matches!(p, Part::Reasoning { .. }));
+            m
+        })
+        .collect()
+}
+
+/// How many leading messages of `messages` form whole units that fit in `budget` together; at
+/// least the first unit, however large.
+pub fn leading_units_within(messages: &[Message], budget: u64, estimate: Estimator<'_>) -> usize {
+    let mut used = 0u64;
+    let mut end = 0;
+    for unit in units_of(messages) {
+        let cost = estimate_messages(&messages[unit.clone()], estimate);
+        if end > 0 && used + cost > budget {
+            break;
+        }
+        used += cost;
+        end = unit.end;
+    }
+    end
+}
+
+/// The messages with their text parts and tool results cut, the longest first, until the
+/// estimate fits in `budget` (or nothing more can be cut: framing, calls and images stay). Each
+/// cut piece ends by saying how many characters were left out.
+pub fn cut_to_fit(messages: &[Message], budget: u64, estimate: Estimator<'_>) -> Vec<Message> {
+    if estimate_messages(messages, estimate) <= budget {
+        return messages.to_vec();
+    }
+    let longest = messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match p {
+            Part::Text { text } => Some(text.chars().count()),
+            Part::ToolResult(result) => Some(result.content.chars().count()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    // The largest per-piece length that fits: every piece keeps at most that many characters.
+    let (mut low, mut high) = (0usize, longest);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if estimate_messages(&capped(messages, mid), estimate) <= budget {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    capped(messages, low)
+}
+
+/// Every text and tool result kept to at most `cap` characters, a cut one saying so.
+fn capped(messages: &[Message], cap: usize) -> Vec<Message> {
+    let cut = |text: &str| -> Option<String> {
+        let total = text.chars().count();
+        if total <= cap {
+            return None;
+        }
+        let end = text
+            .char_indices()
+            .nth(cap)
+            .map_or(text.len(), |(at, _)| at);
+        Some(format!(
+            "{}\n…[cut to fit the model's context: {} of {total} characters left out]",
+            &text[..end],
+            total - cap
+        ))
+    };
+    messages
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            for part in &mut m.parts {
+                match part {
+                    Part::Text { text } => {
+                        if let Some(shorter) = cut(text) {
+                            *text = shorter;
+                        }
+                    }
+                    Part::ToolResult(result) => {
+                        if let Some(shorter) = cut(&result.content) {
+                            result.content = shorter;
+                        }
+                    }
+                    _ => {}
+                }
+            }
             m
         })
         .collect()
@@ -382,6 +482,32 @@ mod tests {
         assert_eq!((plan.covered.len(), plan.tail.len()), (4, 1));
         let plan = plan_summary(&history, "in", 25, est);
         assert_eq!((plan.covered.len(), plan.tail.len()), (2, 3));
+    }
+
+    #[test]
+    fn cutting_to_fit_trims_the_longest_pieces_and_says_so() {
+        let est: Estimator<'_> = &default_estimate;
+        let mut big = result("r", "1");
+        if let Part::ToolResult(r) = &mut big.parts[0] {
+            r.content = "z".repeat(4000);
+        }
+        let messages = vec![call("c", "1"), big, text("t", Role::Assistant, "short")];
+        let cut = cut_to_fit(&messages, 300, est);
+        assert!(estimate_messages(&cut, est) <= 300);
+        let Part::ToolResult(r) = &cut[1].parts[0] else {
+            panic!("a result")
+        };
+        assert!(r.content.contains("cut to fit the model's context"));
+        assert_eq!(text_of_first(&cut[2]), "short", "short pieces stay whole");
+        // Something that fits is left as it is.
+        assert_eq!(cut_to_fit(&messages, 10_000, est), messages);
+    }
+
+    fn text_of_first(message: &Message) -> &str {
+        match &message.parts[0] {
+            Part::Text { text } => text,
+            _ => "",
+        }
     }
 
     #[test]

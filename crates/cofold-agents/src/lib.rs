@@ -27,6 +27,7 @@ pub mod store;
 // The run loop.
 pub mod compaction;
 pub mod event;
+pub mod pairing;
 pub mod run;
 pub mod usage;
 

@@ -2,8 +2,8 @@
 //!
 //! `create` reads the conversation's newest run; when it waits on a person, the session holds it
 //! until the host's first call. A turn handed first takes its place: the run is reattached
-//! unseen, its request denied with `The turn was replaced by a newer message`, and the turn runs
-//! once that run has ended. Any other first call reopens it: the turn is said again with its
+//! unseen, its request denied with `The turn was replaced by a newer message` (a notice on the new
+//! turn says so), and the turn runs once that run has ended. Any other first call reopens it: the turn is said again with its
 //! parts replayed from the stored events, the run is reattached with cofold's `resume()` after
 //! the last stored event, and the pending request is put to the host once.
 
@@ -195,12 +195,24 @@ impl Core {
                     &prepared.edits,
                 );
             }
-            (Some(body), Some(_)) => {
-                let request_id = match body {
-                    EventBody::ApprovalRequested { request_id, .. }
-                    | EventBody::InputRequested { request_id, .. } => request_id.clone(),
-                    _ => String::new(),
+            (Some(body), Some(replacing)) => {
+                let (request_id, what) = match body {
+                    EventBody::ApprovalRequested {
+                        request_id, name, ..
+                    } => (request_id.clone(), format!("The approval of \"{name}\"")),
+                    EventBody::InputRequested { request_id, .. } => {
+                        (request_id.clone(), "The question".to_owned())
+                    }
+                    _ => (String::new(), "The request".to_owned()),
                 };
+                // Said on the new turn, so the person knows what became of the request.
+                self.ctx.emit(act::notice(
+                    &replacing.turn_id,
+                    &format!(
+                        "{what} left waiting when the daemon stopped was declined: a newer \
+                         message replaced it."
+                    ),
+                ));
                 // `resume()` takes the answer before it has finished reading the run.
                 let handle = handle.clone();
                 tokio::spawn(async move {

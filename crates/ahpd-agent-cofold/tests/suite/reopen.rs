@@ -333,6 +333,13 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
         StateAction::ChatTurnComplete(_)
     ));
     w.assert_mirror(&th).await;
+    // The declined request is not silent: the new turn carries a notice saying so.
+    let notice = w.envelopes.iter().any(|env| {
+        let text = serde_json::to_string(&env.action).unwrap();
+        text.contains("\"t2\"")
+            && text.contains("left waiting when the daemon stopped was declined")
+    });
+    assert!(notice, "no notice on t2");
     // The reopened turn is never shown.
     for env in &w.envelopes {
         let text = serde_json::to_string(&env.action).unwrap();

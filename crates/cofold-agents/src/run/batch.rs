@@ -30,6 +30,8 @@ impl Runner {
         calls: Vec<ToolCall>,
         mut parked: Option<Parked>,
     ) -> Flow<()> {
+        self.open_calls = calls.clone();
+        self.ran_calls.clear();
         let max = self.agent.limits().max_tool_calls;
         let mut limit_hit = false;
         for (index, call) in calls.iter().enumerate() {

@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     commands: mpsc::UnboundedSender<Envelope>,
+    /// What the run's task is doing now (a tool, a hook, the store), named if it panics there.
+    doing: Mutex<String>,
 }
 
 impl Shared {
@@ -78,6 +80,17 @@ impl Shared {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes what the task is doing now and returns the previous note.
+    pub(crate) fn set_doing(&self, what: String) -> String {
+        let mut doing = self.doing.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut *doing, what)
+    }
+
+    /// What the task was last doing.
+    pub(crate) fn doing(&self) -> String {
+        self.doing.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn bump(&self) {
@@ -183,6 +196,13 @@ pub(crate) struct TaskSide {
     pub(crate) commands: mpsc::UnboundedReceiver<Envelope>,
 }
 
+/// A task side for `shared` whose command channel is already closed: for settling a run whose
+/// task is gone (its commands are refused `not_running`).
+pub(crate) fn detached_side(shared: Arc<Shared>) -> TaskSide {
+    let (_, commands) = mpsc::unbounded_channel();
+    TaskSide { shared, commands }
+}
+
 /// Builds a handle and the task's side of it. `attaching` is true for a resume, whose commands
 /// wait until it has read its run.
 pub(crate) fn new_handle(
@@ -214,6 +234,7 @@ pub(crate) fn new_handle(
         }),
         changed,
         commands: tx,
+        doing: Mutex::new("the run loop".to_owned()),
     });
     (
         RunHandle {

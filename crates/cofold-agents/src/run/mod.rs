@@ -7,16 +7,22 @@
 //! the same sequence.
 
 mod batch;
+mod finish;
+mod guard;
 mod handle;
 mod hold;
 mod model_step;
 mod pause;
 mod resume;
+mod run_store;
+mod settle;
 mod setup;
 mod steer;
 mod summary;
 mod tool_call;
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,18 +30,20 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::agent::Agent;
-use crate::error::{AgentError, ErrorCode, ErrorInfo};
+use crate::error::{AgentError, ErrorCode};
 use crate::event::{Denial, Event, EventBody, OutcomeKind, RunOutcome, StopReason};
 use crate::id::{Timestamp, new_id};
-use crate::message::{Input, Message, MessageSource, Part, Role};
+use crate::message::{Input, Message, MessageSource, Part, Role, ToolCall};
 use crate::model::Usage;
-use crate::store::{RunRef, RunUpdate, Store};
+use crate::store::{RunRef, Store};
 use crate::tool::{AbortReason, AbortSignal, KvScopes, Tool};
 use crate::usage::{ZERO_USAGE, micros_to_usd};
 
 pub use handle::RunHandle;
 pub(crate) use handle::{OpenRequest, TaskSide};
 pub(crate) use hold::Hold;
+pub use run_store::STORE_GRACE;
+pub use settle::settle_dead_runs;
 
 /// How often a running run refreshes its writer lease.
 pub const HEARTBEAT_MS: u64 = 10_000;
@@ -91,6 +99,17 @@ pub struct ResumeOptions {
     pub after_seq: Option<u64>,
 }
 
+impl ResumeOptions {
+    /// Options to resume `run_id` of `session_id`, replaying every stored event.
+    pub fn new(session_id: impl Into<String>, run_id: impl Into<String>) -> ResumeOptions {
+        ResumeOptions {
+            session_id: session_id.into(),
+            run_id: run_id.into(),
+            after_seq: None,
+        }
+    }
+}
+
 /// What [`compact`] needs.
 #[derive(Debug, Clone, Default)]
 pub struct CompactOptions {
@@ -113,7 +132,13 @@ pub fn run(agent: &Agent, opts: RunOptions) -> RunHandle {
         false,
     );
     let runner = Runner::new(agent, side, RunKind::Turn);
-    tokio::spawn(runner.start(setup::Start::Run(opts)));
+    let shared = runner.side.shared.clone();
+    guard::spawn(
+        agent,
+        shared,
+        RunKind::Turn,
+        runner.start(setup::Start::Run(opts)),
+    );
     handle
 }
 
@@ -128,13 +153,30 @@ pub fn compact(agent: &Agent, opts: CompactOptions) -> RunHandle {
         false,
     );
     let runner = Runner::new(agent, side, RunKind::Compact);
-    tokio::spawn(runner.start(setup::Start::Compact(opts)));
+    let shared = runner.side.shared.clone();
+    guard::spawn(
+        agent,
+        shared,
+        RunKind::Compact,
+        runner.start(setup::Start::Compact(opts)),
+    );
     handle
 }
 
 /// Reattaches to a stored run: replays its events and, for a paused run, waits for a command.
-/// Must be called inside a tokio runtime.
+/// Must be called inside a tokio runtime. The agent's time limit counts from the resume.
 pub fn resume(agent: &Agent, opts: ResumeOptions) -> RunHandle {
+    resume_with_signal(agent, opts, None)
+}
+
+/// [`resume`] with an external abort, as [`RunOptions::signal`] is for [`run`]: when `signal`
+/// fires, the resumed run is cancelled with reason `signal` (at a pause, its request is denied
+/// first).
+pub fn resume_with_signal(
+    agent: &Agent,
+    opts: ResumeOptions,
+    signal: Option<AbortSignal>,
+) -> RunHandle {
     let after = opts.after_seq.unwrap_or(0);
     let (handle, side) = handle::new_handle(
         opts.run_id.clone(),
@@ -144,7 +186,8 @@ pub fn resume(agent: &Agent, opts: ResumeOptions) -> RunHandle {
         true,
     );
     let runner = Runner::new(agent, side, RunKind::Turn);
-    tokio::spawn(runner.resume(opts));
+    let shared = runner.side.shared.clone();
+    guard::spawn(agent, shared, RunKind::Turn, runner.resume(opts, signal));
     handle
 }
 
@@ -219,11 +262,29 @@ pub(crate) struct Runner {
     pub(crate) hold: Option<Hold>,
     /// Whether this run holds the writer claim (so finishing releases it).
     pub(crate) claimed: bool,
+    /// The calls of the batch in progress that have no result in the transcript yet.
+    pub(crate) open_calls: Vec<ToolCall>,
+    /// The calls of that batch that reached their executor.
+    pub(crate) ran_calls: HashSet<String>,
+}
+
+impl Drop for Runner {
+    // A task that panicked drops its runner while unwinding; its timers must not outlive it.
+    fn drop(&mut self) {
+        self.stop_heartbeat();
+        for watcher in self.watchers.drain(..) {
+            watcher.abort();
+        }
+    }
 }
 
 impl Runner {
-    fn new(agent: &Agent, side: TaskSide, kind: RunKind) -> Runner {
-        let store = agent.store().clone();
+    pub(crate) fn new(agent: &Agent, side: TaskSide, kind: RunKind) -> Runner {
+        let store: Arc<dyn Store> = Arc::new(run_store::RunStore::new(
+            agent.store().clone(),
+            side.shared.abort.signal(),
+            side.shared.clone(),
+        ));
         let cost = agent.model().pricing().map(|_| 0);
         Runner {
             agent: agent.clone(),
@@ -247,6 +308,8 @@ impl Runner {
             watchers: Vec::new(),
             hold: None,
             claimed: false,
+            open_calls: Vec::new(),
+            ran_calls: HashSet::new(),
         }
     }
 
@@ -262,9 +325,27 @@ impl Runner {
         RunRef::new(self.session_id(), self.run_id())
     }
 
-    /// A key identifying the store instance, for the in-process hold.
+    /// A key identifying the agent's store instance, for the in-process hold.
     pub(crate) fn store_key(&self) -> usize {
-        Arc::as_ptr(&self.store) as *const () as usize
+        Arc::as_ptr(self.agent.store()) as *const () as usize
+    }
+
+    /// Runs `work` (a hook, the policy, a capability) under the note `what`, unless the run is
+    /// stopped first: `None` then, and `work` is dropped where it stands.
+    pub(crate) async fn unless_stopped<T>(
+        &self,
+        what: String,
+        work: impl Future<Output = T>,
+    ) -> Option<T> {
+        let before = self.side.shared.set_doing(what);
+        let signal = self.signal();
+        let done = tokio::select! {
+            biased;
+            _ = signal.cancelled() => None,
+            value = work => Some(value),
+        };
+        self.side.shared.set_doing(before);
+        done
     }
 
     pub(crate) fn signal(&self) -> AbortSignal {
@@ -313,11 +394,24 @@ impl Runner {
         Ok(())
     }
 
-    /// Appends messages to the transcript as this run.
-    pub(crate) async fn append(&self, messages: &[Message]) -> Result<(), AgentError> {
+    /// Appends messages to the transcript as this run, and notes which open calls they answer.
+    pub(crate) async fn append(&mut self, messages: &[Message]) -> Result<(), AgentError> {
         self.store
             .append_messages(self.session_id(), self.run_id(), messages)
-            .await
+            .await?;
+        let answered: HashSet<&str> = messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .filter_map(|p| match p {
+                Part::ToolResult(result) => Some(result.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !answered.is_empty() {
+            self.open_calls
+                .retain(|call| !answered.contains(call.call_id.as_str()));
+        }
+        Ok(())
     }
 
     /// A message written by the loop now.
@@ -335,7 +429,8 @@ impl Runner {
     /// Starts (or restarts) the heartbeat.
     pub(crate) fn start_heartbeat(&mut self) {
         self.stop_heartbeat();
-        let store = self.store.clone();
+        // The agent's own store: the beat runs beside the task and must not touch its notes.
+        let store = self.agent.store().clone();
         let (session, run) = (self.session_id().to_owned(), self.run_id().to_owned());
         self.heartbeat = Some(tokio::spawn(async move {
             let period = Duration::from_millis(HEARTBEAT_MS);
@@ -377,93 +472,6 @@ impl Runner {
             Ok(()) => Exit::Finish(self.abort_outcome()),
             Err(error) => Exit::Error(error),
         }
-    }
-
-    /// Ends the run for `exit`: record, claim, final event, then the handle.
-    pub(crate) async fn conclude(self, exit: Exit) {
-        match exit {
-            Exit::Settle(outcome) => self.settle(outcome),
-            Exit::Error(error) if is_takeover(&error) => self.superseded(),
-            Exit::Error(error) => {
-                self.finish(OutcomeKind::Failed {
-                    error: error.info(),
-                })
-                .await
-            }
-            Exit::Finish(kind) => self.finish(kind).await,
-        }
-    }
-
-    /// Another process took this run over: settle `failed superseded`, write nothing more.
-    fn superseded(self) {
-        let error = ErrorInfo {
-            code: ErrorCode::Superseded,
-            message: format!("run {} was taken over by another process", self.run_id()),
-            detail: None,
-        };
-        let outcome = self.outcome(OutcomeKind::Failed { error });
-        self.settle(outcome);
-    }
-
-    /// Writes the end of the run (harness §3.4 "Finishing"), then settles the handle.
-    async fn finish(mut self, kind: OutcomeKind) {
-        let awaiting = matches!(kind, OutcomeKind::Awaiting { .. });
-        let outcome = self.outcome(kind);
-        let pending = match &outcome.kind {
-            OutcomeKind::Awaiting { request_id, .. } => Some(Some(request_id.clone())),
-            _ => Some(None),
-        };
-        let update = RunUpdate {
-            run: self.run_ref(),
-            status: Some(outcome.status()),
-            pending_request_id: pending,
-            usage: Some(outcome.usage),
-            steps: Some(outcome.steps),
-            cost: outcome.cost,
-            denials: Some(outcome.denials.clone()),
-            last_message_id: None,
-        };
-        let written = async {
-            self.store.update_run(update).await?;
-            if !awaiting && self.claimed {
-                self.store
-                    .release_writer(self.session_id(), self.run_id())
-                    .await?;
-                self.claimed = false;
-            }
-            self.emit(EventBody::RunFinished {
-                outcome: outcome.clone(),
-            })
-            .await
-        }
-        .await;
-        match written {
-            Ok(()) => self.settle(outcome),
-            Err(error) if is_takeover(&error) => self.superseded(),
-            Err(error) => {
-                if self.claimed {
-                    let _ = self
-                        .store
-                        .release_writer(self.session_id(), self.run_id())
-                        .await;
-                }
-                let failed = OutcomeKind::Failed {
-                    error: AgentError::internal(error.message).info(),
-                };
-                let outcome = self.outcome(failed);
-                self.settle(outcome);
-            }
-        }
-    }
-
-    /// Closes the handle with `outcome` and stops every timer; nothing is written.
-    pub(crate) fn settle(mut self, outcome: RunOutcome) {
-        self.stop_heartbeat();
-        for watcher in self.watchers.drain(..) {
-            watcher.abort();
-        }
-        self.hold = None;
-        self.side.shared.close(outcome);
     }
 }
 

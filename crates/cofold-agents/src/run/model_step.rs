@@ -11,6 +11,7 @@ use crate::hooks::{AfterModel, BeforeModel, RunInfo};
 use crate::id::{Timestamp, new_id};
 use crate::message::{Message, tool_calls_of};
 use crate::model::{ModelReply, ModelRequest, ModelStreamEvent};
+use crate::pairing::pair_tool_results;
 use crate::store::{ModelStep, StepPatch, StepRecord, StepStatus};
 use crate::usage::{add_usage, cost_of, micros_to_usd};
 
@@ -58,13 +59,18 @@ impl Runner {
         let mut history = self.store.list_messages(self.session_id(), None).await?;
 
         if self.kind == RunKind::Compact {
-            let summary = self.summarize(&history).await?;
+            let Some(summary) = self.summarize(&history).await? else {
+                return Err(Exit::Error(AgentError::internal(
+                    "a compact run wrote no summary",
+                )));
+            };
             return Err(Exit::Finish(OutcomeKind::Completed { message: summary }));
         }
         if let Some(point) = self.agent.context().auto_compact_tokens {
             let estimate = self.agent.context().estimator();
-            if estimate_messages(&context_of(&history), &*estimate) > point {
-                self.summarize(&history).await?;
+            if estimate_messages(&context_of(&history), &*estimate) > point
+                && self.summarize(&history).await?.is_some()
+            {
                 history = self.store.list_messages(self.session_id(), None).await?;
             }
         }
@@ -84,7 +90,7 @@ impl Runner {
     pub(crate) fn assemble(&self, history: &[Message]) -> ModelRequest {
         let context = self.agent.context();
         let estimate = context.estimator();
-        let view = context_of(history);
+        let view = pair_tool_results(&context_of(history));
         ModelRequest {
             instructions: self.instructions.clone(),
             messages: select_for_request(&view, &self.instructions, context.max_tokens, &*estimate),
@@ -157,7 +163,18 @@ impl Runner {
     async fn model_step(&mut self, request: ModelRequest) -> Flow<ModelReply> {
         let invocation_id = self.open_model_step(&request).await?;
         let info = self.run_info();
-        let request = match self.agent.hooks().before_model(request, &info).await {
+        let hooked = self
+            .unless_stopped(
+                "the beforeModel hook".into(),
+                self.agent.hooks().before_model(request, &info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            self.close_step(&invocation_id, StepStatus::Failed, None, None)
+                .await?;
+            return Err(self.interrupt().await);
+        };
+        let request = match hooked {
             Err(message) => {
                 self.close_step(&invocation_id, StepStatus::Failed, None, None)
                     .await?;
@@ -195,7 +212,18 @@ impl Runner {
         };
         self.count(&reply);
 
-        let reply = match self.agent.hooks().after_model(reply.clone(), &info).await {
+        let hooked = self
+            .unless_stopped(
+                "the afterModel hook".into(),
+                self.agent.hooks().after_model(reply.clone(), &info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            self.close_step(&invocation_id, StepStatus::Failed, Some(&reply), None)
+                .await?;
+            return Err(self.interrupt().await);
+        };
+        let reply = match hooked {
             Err(message) => {
                 self.close_step(&invocation_id, StepStatus::Failed, Some(&reply), None)
                     .await?;

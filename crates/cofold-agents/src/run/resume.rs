@@ -3,30 +3,22 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::batch::tool_message;
 use super::pause::Parked;
-use super::tool_call::error_result;
 use super::{Exit, Hold, ResumeOptions, Runner, failed_outcome, stored_outcome};
 use crate::error::{AgentError, ErrorCode};
 use crate::event::{OutcomeKind, RequestKind, RunOutcome, RunStatus};
-use crate::id::Timestamp;
 use crate::message::{Message, Part, Role, ToolCall, tool_calls_of};
 use crate::question::Question;
-use crate::store::{RunRecord, StepPatch, StepRecord, StepStatus};
+use crate::store::{RunRecord, StepRecord, StepStatus};
+use crate::tool::AbortSignal;
 use crate::usage::{ZERO_USAGE, add_usage, cost_of, usd_to_micros};
-
-/// The result of the call a dead process was running.
-const DIED_TEXT: &str = "execution outcome unknown: the process died during the call";
-
-/// The result of the other unanswered calls of that batch.
-const NOT_EXECUTED_TEXT: &str = "not executed: the run was interrupted";
 
 impl Runner {
     /// The whole life of a `resume` task.
-    pub(crate) async fn resume(mut self, opts: ResumeOptions) {
-        let exit = self.reattach(opts).await;
+    pub(crate) async fn resume(mut self, opts: ResumeOptions, signal: Option<AbortSignal>) {
+        let exit = self.reattach(opts, signal).await;
         self.conclude(exit).await;
     }
 
@@ -41,7 +33,10 @@ impl Runner {
         }
     }
 
-    async fn reattach(&mut self, opts: ResumeOptions) -> Exit {
+    async fn reattach(&mut self, opts: ResumeOptions, signal: Option<AbortSignal>) -> Exit {
+        // A resumed run is stopped like a fresh one: by its caller's signal, or by the time
+        // limit, counted from the resume (the time nobody held the run cannot be counted).
+        self.watch_aborts(signal);
         let run = self.run_ref();
         let record = match self.store.get_run(&run).await {
             Ok(Some(record)) => record,
@@ -149,7 +144,7 @@ impl Runner {
 
         if record.status == RunStatus::Running {
             self.side.shared.attached_without_request();
-            return Err(self.settle_dead_run(&steps).await);
+            return Err(Exit::Error(self.settle_dead_run(&steps).await));
         }
 
         // A paused run: load its request and wait at it again.
@@ -220,7 +215,7 @@ impl Runner {
     }
 
     /// A run that died while running: usage, steps and cost from its model step records.
-    fn recount(&mut self, steps: &[StepRecord]) {
+    pub(crate) fn recount(&mut self, steps: &[StepRecord]) {
         let pricing = self.agent.model().pricing();
         let mut usage = ZERO_USAGE;
         let mut count = 0;
@@ -244,84 +239,6 @@ impl Runner {
         self.tally.usage = usage;
         self.tally.steps = count;
         self.tally.cost = pricing.map(|_| micros);
-    }
-
-    /// Settles a run whose process died: the call it was in is uncertain (§3.11 step 8).
-    async fn settle_dead_run(&mut self, steps: &[StepRecord]) -> Exit {
-        let last_started = steps.iter().rev().find(|s| match s {
-            StepRecord::Tool(t) => t.status == StepStatus::Started,
-            StepRecord::Model(m) => m.status == StepStatus::Started,
-        });
-        let interrupted = || {
-            Exit::Error(AgentError::new(
-                ErrorCode::Interrupted,
-                "the run's process ended while it was running",
-            ))
-        };
-        match last_started {
-            Some(StepRecord::Tool(tool)) => {
-                let patch = StepPatch {
-                    status: Some(StepStatus::Uncertain),
-                    ended_at: Some(Timestamp::now()),
-                    ..StepPatch::default()
-                };
-                if let Err(error) = self
-                    .store
-                    .update_step(&self.run_ref(), &tool.invocation_id, &patch)
-                    .await
-                {
-                    return Exit::Error(error);
-                }
-                let history = match self.store.list_messages(self.session_id(), None).await {
-                    Ok(history) => history,
-                    Err(error) => return Exit::Error(error),
-                };
-                let answers: Vec<Message> = unanswered_calls(&history)
-                    .iter()
-                    .map(|call| {
-                        let text = if call.call_id == tool.call_id {
-                            DIED_TEXT
-                        } else {
-                            NOT_EXECUTED_TEXT
-                        };
-                        tool_message(error_result(call, text))
-                    })
-                    .collect();
-                if !answers.is_empty()
-                    && let Err(error) = self.append(&answers).await
-                {
-                    return Exit::Error(error);
-                }
-                Exit::Error(
-                    AgentError::new(
-                        ErrorCode::UncertainInvocation,
-                        format!(
-                            "the process died during call {} of tool \"{}\"",
-                            tool.call_id, tool.name
-                        ),
-                    )
-                    .with_detail(
-                        json!({ "invocationId": tool.invocation_id, "callId": tool.call_id }),
-                    ),
-                )
-            }
-            Some(StepRecord::Model(model)) => {
-                let patch = StepPatch {
-                    status: Some(StepStatus::Failed),
-                    ended_at: Some(Timestamp::now()),
-                    ..StepPatch::default()
-                };
-                if let Err(error) = self
-                    .store
-                    .update_step(&self.run_ref(), &model.invocation_id, &patch)
-                    .await
-                {
-                    return Exit::Error(error);
-                }
-                interrupted()
-            }
-            None => interrupted(),
-        }
     }
 }
 

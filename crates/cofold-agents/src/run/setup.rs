@@ -105,12 +105,26 @@ impl Runner {
             .map_err(|e| Exit::Settle(failed_outcome(e)))?;
         self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
 
-        // 5. The writer claim.
-        if !self
+        // 5. The writer claim. A claim left by a run whose process is gone is settled first,
+        // so a person never waits on a dead run; a live holder keeps its claim.
+        let mut claimed = self
             .store
             .claim_writer(self.session_id(), self.run_id())
-            .await?
-        {
+            .await?;
+        if !claimed {
+            if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
+                self.agent.warn(&format!(
+                    "could not settle the run holding session {}: {}",
+                    self.session_id(),
+                    error.message
+                ));
+            }
+            claimed = self
+                .store
+                .claim_writer(self.session_id(), self.run_id())
+                .await?;
+        }
+        if !claimed {
             return Err(Exit::Error(AgentError::new(
                 ErrorCode::WriterBusy,
                 format!(
@@ -206,13 +220,26 @@ impl Runner {
             kv: self.kv(),
             signal: self.signal(),
         };
-        let resolved = resolve_capabilities(
+        let resolving = resolve_capabilities(
             self.agent.instructions(),
             self.agent.tools(),
             self.agent.capabilities(),
             &args,
-        )
-        .await?;
+        );
+        let Some(resolved) = self
+            .unless_stopped("capability resolution".into(), resolving)
+            .await
+        else {
+            // Stopped meanwhile: the run goes on with the agent's own tools only, to its first
+            // abort check, which writes the marker like any other stop.
+            self.instructions = self.agent.instructions().to_owned();
+            self.tools = match self.kind {
+                RunKind::Compact => Vec::new(),
+                RunKind::Turn => self.agent.tools().to_vec(),
+            };
+            return Ok(());
+        };
+        let resolved = resolved?;
         self.instructions = resolved.instructions;
         // A compact run offers no tools; it only needs the resolved instructions.
         self.tools = if self.kind == RunKind::Compact {

@@ -1,32 +1,69 @@
-//! The summary step of a compaction (harness §9.5, §9.6).
+//! The summary steps of a compaction (harness §9.5, §9.6).
+//!
+//! A summary is marked as covering only the messages its request carried. When what there is to
+//! cover does not fit the model's budget in one request, it is summarized in chunks, oldest
+//! first: each chunk's request holds the summary so far, the chunk's whole units and the ask, and
+//! its reply is stored as a summary of its own, so a failure halfway keeps what was done. A turn
+//! with nothing new to cover does not compact at all.
+
+use std::collections::HashSet;
 
 use serde_json::json;
 
 use super::{Exit, Flow, RunKind, Runner, error_detail};
 use crate::compaction::{
-    COMPACT_ASK, context_of, estimate_messages, plan_summary, select_for_request,
-    summary_instructions, summary_text,
+    COMPACT_ASK, context_of, cut_to_fit, estimate_message, estimate_messages, leading_units_within,
+    plan_summary, strip_reasoning, summary_instructions, summary_text,
 };
 use crate::error::{AgentError, ErrorCode};
 use crate::event::EventBody;
 use crate::id::{Timestamp, new_id};
 use crate::message::{Message, MessageSource, Part, Role, text_of};
 use crate::model::ModelRequest;
+use crate::pairing::pair_tool_results;
 use crate::store::StepStatus;
 
+/// The ids a summary stands for, in the order they were first covered.
+#[derive(Default)]
+struct Covered {
+    ids: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Covered {
+    fn add(&mut self, id: &str) {
+        if self.seen.insert(id.to_owned()) {
+            self.ids.push(id.to_owned());
+        }
+    }
+}
+
+/// One chunk's request and what its summary will stand for.
+struct Chunk {
+    messages: Vec<Message>,
+    /// The ids this chunk newly covers.
+    covered: Vec<String>,
+    /// Messages still left out of every summary after this chunk (tail included).
+    kept: usize,
+}
+
 impl Runner {
-    /// Writes a summary of `history` and returns the summary message. Uses the current model
-    /// step (the caller has counted it); never streams; calls no hook.
-    pub(crate) async fn summarize(&mut self, history: &[Message]) -> Flow<Message> {
+    /// Summarizes what `history` has to cover and returns the newest summary message, or `None`
+    /// for a turn when there is nothing to cover (the kept tail and the input are all there
+    /// is). The first model step is the one the caller counted; later chunks count their own.
+    /// Never streams; calls no hook.
+    pub(crate) async fn summarize(&mut self, history: &[Message]) -> Flow<Option<Message>> {
         let context = self.agent.context().clone();
         let estimate = context.estimator();
-        let before = estimate_messages(&context_of(history), &*estimate);
         let plan = plan_summary(
             history,
             &self.input_message_id,
             context.compact_keep_tokens,
             &*estimate,
         );
+        if plan.covered.is_empty() && self.kind == RunKind::Turn {
+            return Ok(None);
+        }
 
         // A compact run's own input is the ask; an automatic compaction sends one it never stores.
         let ask = match self.kind {
@@ -44,38 +81,95 @@ impl Runner {
             created_at: Timestamp::now(),
             summarizes: None,
         });
-        let mut covered_ids: Vec<String> = plan.covered.iter().map(|m| m.id.clone()).collect();
-        if self.kind == RunKind::Compact {
-            covered_ids.push(ask.id.clone());
-        }
-        let newly_covered = covered_ids.len();
-        // The new summary stands for the older ones too, so the model reads the newest of them
-        // first and the new summary's `summarizes` carries everything they covered.
-        let older: Vec<&Message> = history
+        let instructions = summary_instructions(&self.instructions);
+
+        // A new summary stands for the older ones too: the model reads the newest of them first,
+        // and the new summary's `summarizes` carries everything they covered.
+        let mut previous: Option<Message> = history
+            .iter()
+            .rev()
+            .find(|m| m.source == MessageSource::Summary)
+            .cloned();
+        let mut all_ids = Covered::default();
+        for summary in history
             .iter()
             .filter(|m| m.source == MessageSource::Summary)
-            .collect();
-        let mut messages: Vec<Message> = older.last().map(|m| (*m).clone()).into_iter().collect();
-        messages.extend(plan.covered.iter().cloned());
-        messages.push(ask);
-        let mut all_ids: Vec<String> = Vec::new();
-        for summary in &older {
+        {
             for id in summary
                 .summarizes
                 .iter()
                 .flatten()
                 .chain(std::iter::once(&summary.id))
             {
-                if !all_ids.contains(id) {
-                    all_ids.push(id.clone());
-                }
+                all_ids.add(id);
             }
         }
-        all_ids.extend(covered_ids);
-        let instructions = summary_instructions(&self.instructions);
+
+        let mut now = history.to_vec();
+        let mut rest = plan.covered;
+        let mut first = true;
+        loop {
+            let fixed = estimate(&instructions)
+                + estimate_message(&ask, &*estimate)
+                + previous
+                    .as_ref()
+                    .map_or(0, |m| estimate_message(m, &*estimate));
+            let budget = context.max_tokens.saturating_sub(fixed);
+            let take = leading_units_within(&rest, budget, &*estimate);
+            let chunk: Vec<Message> = rest.drain(..take).collect();
+            let last = rest.is_empty();
+            let mut covered: Vec<String> = chunk.iter().map(|m| m.id.clone()).collect();
+            if last && self.kind == RunKind::Compact {
+                covered.push(ask.id.clone());
+            }
+            let mut messages: Vec<Message> = previous.iter().cloned().collect();
+            messages.extend(pair_tool_results(&chunk));
+            let room = context.max_tokens.saturating_sub(estimate(&instructions));
+            let mut messages = cut_to_fit(
+                &strip_reasoning(&messages),
+                room.saturating_sub(estimate_message(&ask, &*estimate)),
+                &*estimate,
+            );
+            messages.push(ask.clone());
+            if !first {
+                self.tally.steps += 1;
+            }
+            first = false;
+            let kept = rest.len() + plan.tail.len();
+            let chunk = Chunk {
+                messages,
+                covered,
+                kept,
+            };
+            let summary = self
+                .summary_step(&instructions, chunk, &mut all_ids, &now)
+                .await?;
+            now.push(summary.clone());
+            previous = Some(summary);
+            if last {
+                break;
+            }
+        }
+        if self.kind == RunKind::Turn {
+            // The answering model call is a step of its own.
+            self.tally.steps += 1;
+        }
+        Ok(previous)
+    }
+
+    /// One summary model step over `chunk`; stores the summary and announces it.
+    async fn summary_step(
+        &mut self,
+        instructions: &str,
+        chunk: Chunk,
+        all_ids: &mut Covered,
+        history: &[Message],
+    ) -> Flow<Message> {
+        let estimate = self.agent.context().estimator();
+        let before = estimate_messages(&context_of(history), &*estimate);
         let request = ModelRequest {
-            messages: select_for_request(&messages, &instructions, context.max_tokens, &*estimate),
-            instructions,
+            messages: chunk.messages,
+            instructions: instructions.to_owned(),
             tools: Vec::new(),
             params: self.agent.params().clone(),
             cache_key: Some(self.session_id().to_owned()),
@@ -119,7 +213,8 @@ impl Runner {
                 "summary: the model returned no summary",
             )));
         }
-        let detail = json!({ "compacted": newly_covered, "kept": plan.tail.len() });
+        let newly_covered = chunk.covered.len();
+        let detail = json!({ "compacted": newly_covered, "kept": chunk.kept });
         self.close_step(
             &invocation_id,
             StepStatus::Completed,
@@ -135,13 +230,16 @@ impl Runner {
         })
         .await?;
 
+        for id in &chunk.covered {
+            all_ids.add(id);
+        }
         let summary = Message {
             id: new_id(),
             role: Role::User,
             parts: vec![Part::text(summary_text(&text))],
             source: MessageSource::Summary,
             created_at: Timestamp::now(),
-            summarizes: Some(all_ids),
+            summarizes: Some(all_ids.ids.clone()),
         };
         self.append(std::slice::from_ref(&summary)).await?;
         let mut after_history = history.to_vec();
@@ -150,15 +248,11 @@ impl Runner {
         self.emit(EventBody::ContextCompacted {
             message_id: summary.id.clone(),
             summarized: newly_covered as u32,
-            kept: plan.tail.len() as u32,
+            kept: chunk.kept as u32,
             estimated_tokens: before,
             after_tokens: after,
         })
         .await?;
-        if self.kind == RunKind::Turn {
-            // The answering model call is a step of its own.
-            self.tally.steps += 1;
-        }
         Ok(summary)
     }
 }

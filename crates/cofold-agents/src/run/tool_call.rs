@@ -147,7 +147,16 @@ impl Runner {
 
         let info = self.run_info();
         let mut hook_prompt: Option<Option<String>> = None;
-        match self.agent.hooks().before_tool(call, &tool, &info).await {
+        let hooked = self
+            .unless_stopped(
+                "the beforeTool hook".into(),
+                self.agent.hooks().before_tool(call, &tool, &info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            return Ok(CallResult::Aborted);
+        };
+        match hooked {
             Err(message) => return Err(hook_error("beforeTool", message)),
             Ok(BeforeTool::Allow) => {}
             Ok(BeforeTool::Deny { reason }) => {
@@ -184,15 +193,17 @@ impl Runner {
         }
 
         self.propose(call, tool.subject(&input)).await?;
-        let decision = self
-            .agent
-            .policy()
-            .decide(&DecideArgs {
-                tool: &tool,
-                input: &input,
-                run: &info,
-            })
+        let args = DecideArgs {
+            tool: &tool,
+            input: &input,
+            run: &info,
+        };
+        let decided = self
+            .unless_stopped("the policy".into(), self.agent.policy().decide(&args))
             .await;
+        let Some(decision) = decided else {
+            return Ok(CallResult::Aborted);
+        };
         match decision.behavior {
             Behavior::Deny => {
                 let reason = decision
@@ -254,6 +265,7 @@ impl Runner {
         });
         self.store.append_step(&step).await?;
         self.tally.step_index += 1;
+        self.ran_calls.insert(call.call_id.clone());
         self.emit(EventBody::ToolStarted {
             call_id: call.call_id.clone(),
             name: call.name.clone(),
@@ -272,13 +284,13 @@ impl Runner {
             kv: self.kv(),
             resources: self.agent.resources().clone(),
         };
-        let signal = self.signal();
-        // On an abort the execution future is dropped here (decision D12).
-        let executed = tokio::select! {
-            biased;
-            _ = signal.cancelled() => None,
-            result = tool.execute(input.clone(), ctx) => Some(result),
-        };
+        // On an abort the execution future is dropped where it stands (decision D12).
+        let executed = self
+            .unless_stopped(
+                format!("tool \"{}\"", tool.name()),
+                tool.execute(input.clone(), ctx),
+            )
+            .await;
         let original = match executed {
             None => {
                 let patch = StepPatch {
@@ -327,12 +339,36 @@ impl Runner {
         let max = self.agent.limits().max_tool_output_chars;
         let bounded = bound(original.content.clone(), max);
         let info = self.run_info();
-        let after = match self
-            .agent
-            .hooks()
-            .after_tool(call, tool, bounded.clone(), original.is_error, &info)
-            .await
-        {
+        let hooked = self
+            .unless_stopped(
+                "the afterTool hook".into(),
+                self.agent.hooks().after_tool(
+                    call,
+                    tool,
+                    bounded.clone(),
+                    original.is_error,
+                    &info,
+                ),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            // The tool ran and its output is kept; the model is told the call was interrupted.
+            let patch = StepPatch {
+                status: Some(if original.is_error {
+                    StepStatus::Failed
+                } else {
+                    StepStatus::Completed
+                }),
+                original: Some(original),
+                ended_at: Some(Timestamp::now()),
+                ..StepPatch::default()
+            };
+            self.store
+                .update_step(&self.run_ref(), invocation_id, &patch)
+                .await?;
+            return Ok(CallResult::Aborted);
+        };
+        let after = match hooked {
             Ok(after) => after,
             Err(message) => {
                 let patch = StepPatch {

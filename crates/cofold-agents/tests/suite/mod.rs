@@ -11,9 +11,12 @@ mod tools;
 
 mod answers;
 mod compaction;
+mod compaction_budget;
+mod dead_runs;
 mod hook_stops;
 mod interrupts;
 mod limits;
+mod panics;
 mod pause_support;
 mod pauses;
 mod resume;

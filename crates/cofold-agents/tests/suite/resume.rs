@@ -341,7 +341,7 @@ async fn an_unknown_run_fails_not_found() {
 }
 
 #[tokio::test]
-async fn a_run_that_died_during_a_tool_is_uncertain() {
+async fn a_run_that_died_during_a_tool_is_interrupted_and_its_calls_answered() {
     // Item 143: the old process hangs in a tool; another process resumes after the claim went stale.
     let calls = vec![
         FakeCall::new("hang", json!({})),
@@ -368,7 +368,7 @@ async fn a_run_that_died_during_a_tool_is_uncertain() {
     let OutcomeKind::Failed { error } = &outcome.kind else {
         panic!("{outcome:?}")
     };
-    assert_eq!(error.code, ErrorCode::UncertainInvocation);
+    assert_eq!(error.code, ErrorCode::Interrupted);
     let detail = error.detail.clone().expect("detail");
     assert!(detail.get("callId").is_some() && detail.get("invocationId").is_some());
     assert_eq!(
@@ -383,11 +383,11 @@ async fn a_run_that_died_during_a_tool_is_uncertain() {
     let messages = store.list_messages("s", None).await.expect("m");
     assert_eq!(
         result_of(&messages[2]).0,
-        "execution outcome unknown: the process died during the call"
+        cofold_agents::pairing::OUTCOME_UNKNOWN_TEXT
     );
     assert_eq!(
         result_of(&messages[3]).0,
-        "not executed: the run was interrupted"
+        cofold_agents::pairing::NOT_RUN_TEXT
     );
     assert_eq!(
         store.get_run(&run_ref).await.expect("g").expect("r").status,

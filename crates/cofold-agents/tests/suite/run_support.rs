@@ -184,6 +184,9 @@ pub struct FaultStore {
     pub inner: Arc<dyn Store>,
     pub fault: Mutex<Option<Fault>>,
     pub calls: Mutex<Vec<String>>,
+    pub stalled: Mutex<Option<String>>,
+    /// Notified when a call reaches the stall.
+    pub stalled_at: tokio::sync::Notify,
 }
 
 impl FaultStore {
@@ -192,6 +195,8 @@ impl FaultStore {
             inner,
             fault: Mutex::new(None),
             calls: Mutex::new(Vec::new()),
+            stalled: Mutex::new(None),
+            stalled_at: tokio::sync::Notify::new(),
         })
     }
 
@@ -215,7 +220,17 @@ impl FaultStore {
             .count()
     }
 
-    fn check(&self, op: &str, event: Option<&Event>) -> Result<(), AgentError> {
+    /// Makes every later call named `op` wait forever (a store that stopped answering).
+    pub fn stall(&self, op: &str) {
+        *self.stalled.lock().expect("stalled") = Some(op.to_owned());
+    }
+
+    async fn check(&self, op: &str, event: Option<&Event>) -> Result<(), AgentError> {
+        let stalled = self.stalled.lock().expect("stalled").as_deref() == Some(op);
+        if stalled {
+            self.stalled_at.notify_one();
+            futures::future::pending::<()>().await;
+        }
         self.calls.lock().expect("calls").push(op.to_owned());
         let fault = self.fault.lock().expect("fault").clone();
         match fault.and_then(|f| f(op, event)) {
@@ -233,23 +248,23 @@ pub fn store_down() -> AgentError {
 #[async_trait]
 impl Store for FaultStore {
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, AgentError> {
-        self.check("get_session", None)?;
+        self.check("get_session", None).await?;
         self.inner.get_session(id).await
     }
     async fn create_session(&self, new: NewSession) -> Result<SessionRecord, AgentError> {
-        self.check("create_session", None)?;
+        self.check("create_session", None).await?;
         self.inner.create_session(new).await
     }
     async fn list_sessions(&self, query: SessionQuery) -> Result<Vec<SessionRecord>, AgentError> {
-        self.check("list_sessions", None)?;
+        self.check("list_sessions", None).await?;
         self.inner.list_sessions(query).await
     }
     async fn delete_session(&self, id: &str) -> Result<(), AgentError> {
-        self.check("delete_session", None)?;
+        self.check("delete_session", None).await?;
         self.inner.delete_session(id).await
     }
     async fn truncate(&self, id: &str, through: &str) -> Result<TruncationResult, AgentError> {
-        self.check("truncate", None)?;
+        self.check("truncate", None).await?;
         self.inner.truncate(id, through).await
     }
     async fn fork(
@@ -258,7 +273,7 @@ impl Store for FaultStore {
         through: &str,
         new_id: &str,
     ) -> Result<SessionRecord, AgentError> {
-        self.check("fork", None)?;
+        self.check("fork", None).await?;
         self.inner.fork(from, through, new_id).await
     }
     async fn append_messages(
@@ -267,7 +282,7 @@ impl Store for FaultStore {
         run: &str,
         messages: &[Message],
     ) -> Result<(), AgentError> {
-        self.check("append_messages", None)?;
+        self.check("append_messages", None).await?;
         self.inner.append_messages(session, run, messages).await
     }
     async fn list_messages(
@@ -275,27 +290,27 @@ impl Store for FaultStore {
         session: &str,
         limit: Option<usize>,
     ) -> Result<Vec<Message>, AgentError> {
-        self.check("list_messages", None)?;
+        self.check("list_messages", None).await?;
         self.inner.list_messages(session, limit).await
     }
     async fn claim_writer(&self, session: &str, run: &str) -> Result<bool, AgentError> {
-        self.check("claim_writer", None)?;
+        self.check("claim_writer", None).await?;
         self.inner.claim_writer(session, run).await
     }
     async fn release_writer(&self, session: &str, run: &str) -> Result<(), AgentError> {
-        self.check("release_writer", None)?;
+        self.check("release_writer", None).await?;
         self.inner.release_writer(session, run).await
     }
     async fn heartbeat(&self, session: &str, run: &str) -> Result<(), AgentError> {
-        self.check("heartbeat", None)?;
+        self.check("heartbeat", None).await?;
         self.inner.heartbeat(session, run).await
     }
     async fn create_run(&self, record: RunRecord) -> Result<(), AgentError> {
-        self.check("create_run", None)?;
+        self.check("create_run", None).await?;
         self.inner.create_run(record).await
     }
     async fn get_run(&self, run: &RunRef) -> Result<Option<RunRecord>, AgentError> {
-        self.check("get_run", None)?;
+        self.check("get_run", None).await?;
         self.inner.get_run(run).await
     }
     async fn list_runs(
@@ -303,15 +318,15 @@ impl Store for FaultStore {
         session: &str,
         status: Option<RunStatus>,
     ) -> Result<Vec<RunRecord>, AgentError> {
-        self.check("list_runs", None)?;
+        self.check("list_runs", None).await?;
         self.inner.list_runs(session, status).await
     }
     async fn update_run(&self, update: RunUpdate) -> Result<RunRecord, AgentError> {
-        self.check("update_run", None)?;
+        self.check("update_run", None).await?;
         self.inner.update_run(update).await
     }
     async fn append_event(&self, event: &Event) -> Result<(), AgentError> {
-        self.check("append_event", Some(event))?;
+        self.check("append_event", Some(event)).await?;
         self.inner.append_event(event).await
     }
     async fn list_events(
@@ -319,11 +334,11 @@ impl Store for FaultStore {
         run: &RunRef,
         after: Option<u64>,
     ) -> Result<Vec<Event>, AgentError> {
-        self.check("list_events", None)?;
+        self.check("list_events", None).await?;
         self.inner.list_events(run, after).await
     }
     async fn append_step(&self, step: &StepRecord) -> Result<(), AgentError> {
-        self.check("append_step", None)?;
+        self.check("append_step", None).await?;
         self.inner.append_step(step).await
     }
     async fn update_step(
@@ -332,15 +347,15 @@ impl Store for FaultStore {
         id: &str,
         patch: &StepPatch,
     ) -> Result<StepRecord, AgentError> {
-        self.check("update_step", None)?;
+        self.check("update_step", None).await?;
         self.inner.update_step(run, id, patch).await
     }
     async fn list_steps(&self, run: &RunRef) -> Result<Vec<StepRecord>, AgentError> {
-        self.check("list_steps", None)?;
+        self.check("list_steps", None).await?;
         self.inner.list_steps(run).await
     }
     async fn create_request(&self, request: &PendingRequest) -> Result<(), AgentError> {
-        self.check("create_request", None)?;
+        self.check("create_request", None).await?;
         self.inner.create_request(request).await
     }
     async fn get_request(
@@ -348,7 +363,7 @@ impl Store for FaultStore {
         run: &RunRef,
         id: &str,
     ) -> Result<Option<PendingRequest>, AgentError> {
-        self.check("get_request", None)?;
+        self.check("get_request", None).await?;
         self.inner.get_request(run, id).await
     }
     async fn resolve_request(
@@ -357,19 +372,19 @@ impl Store for FaultStore {
         id: &str,
         resolution: Value,
     ) -> Result<PendingRequest, AgentError> {
-        self.check("resolve_request", None)?;
+        self.check("resolve_request", None).await?;
         self.inner.resolve_request(run, id, resolution).await
     }
     async fn kv_get(&self, scope: &KvScope, key: &str) -> Result<Option<Value>, AgentError> {
-        self.check("kv_get", None)?;
+        self.check("kv_get", None).await?;
         self.inner.kv_get(scope, key).await
     }
     async fn kv_set(&self, scope: &KvScope, key: &str, value: Value) -> Result<(), AgentError> {
-        self.check("kv_set", None)?;
+        self.check("kv_set", None).await?;
         self.inner.kv_set(scope, key, value).await
     }
     async fn kv_delete(&self, scope: &KvScope, key: &str) -> Result<(), AgentError> {
-        self.check("kv_delete", None)?;
+        self.check("kv_delete", None).await?;
         self.inner.kv_delete(scope, key).await
     }
     async fn kv_list(
@@ -377,7 +392,7 @@ impl Store for FaultStore {
         scope: &KvScope,
         prefix: Option<&str>,
     ) -> Result<Vec<KvEntry>, AgentError> {
-        self.check("kv_list", None)?;
+        self.check("kv_list", None).await?;
         self.inner.kv_list(scope, prefix).await
     }
 }
