@@ -176,6 +176,7 @@ async fn probe_configured(loc: &Locations) -> Option<Conn> {
         address: address.clone(),
         version: String::new(),
         started_at: String::new(),
+        token_from_environment: false,
     };
     let token = token_file(loc).or_else(|| process::token_for(loc, &record));
     let (client, root) = tokio::time::timeout(PROBE_LIMIT, connect_ws(&address, token.as_deref()))
