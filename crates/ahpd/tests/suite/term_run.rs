@@ -164,7 +164,8 @@ fn a_session_another_client_created_is_continued() {
     configure(&env, &ep);
     let daemon = Started::new(&env);
     let uri = rt().block_on(async {
-        let (client, _) = client(&daemon.address).await;
+        let url = format!("{}/?tkn={}", daemon.address, default_token(&env));
+        let (client, _) = client(&url).await;
         let uri = format!("cofold:/{}", uuid::Uuid::new_v4());
         let _: Value = client
             .request(
