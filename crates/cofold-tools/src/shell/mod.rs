@@ -1,8 +1,11 @@
 //! The shell capability: `shell_exec`, one command through the platform shell in the run's
 //! workspace (tools.md §3.7), and `exec_shell`, the runner on its own.
 
+mod contain;
+mod env;
 mod exec;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +18,8 @@ use cofold_agents::tool::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub use contain::MARKER_VAR;
+pub use env::{DEFAULT_EXCLUDE, ShellEnv};
 pub use exec::{ShellExecArgs, ShellResult, ShellSpec, TRUNCATED_MARKER, exec_shell};
 
 use crate::paths::{absolute_of, display_path, normalize, resolve_within};
@@ -36,6 +41,11 @@ pub struct ShellOptions {
     pub max_output_chars: usize,
     /// The shell; `None` is [`ShellSpec::platform_default`].
     pub shell: Option<ShellSpec>,
+    /// Which of the daemon's environment variables commands see (default: all but those
+    /// [`DEFAULT_EXCLUDE`] matches).
+    pub env: ShellEnv,
+    /// The variables `env` filters; `None` is the daemon's own environment at each call.
+    pub base_env: Option<Arc<Vec<(OsString, OsString)>>>,
 }
 
 impl Default for ShellOptions {
@@ -45,6 +55,8 @@ impl Default for ShellOptions {
             max_timeout_ms: 600_000,
             max_output_chars: 65_536,
             shell: None,
+            env: ShellEnv::default(),
+            base_env: None,
         }
     }
 }
@@ -95,7 +107,8 @@ impl Capability for ShellCapability {
              terminal session: a cd or a variable does not survive to the next call, so steps \
              that depend on each other go into one command.\n\
              Interactive or never-ending commands run until the timeout, so pass flags that make \
-             them finish, and do not start servers or watchers."
+             them finish, and do not start servers or watchers: whatever a command leaves running \
+             (a background job, a daemon) is stopped when its call ends."
         )))
     }
 }
@@ -203,6 +216,8 @@ impl Run {
             timeout: Duration::from_millis(timeout_ms),
             max_output_chars: options.max_output_chars,
             cancel: Some(ctx.signal.token().clone()),
+            env: options.env.clone(),
+            base_env: options.base_env.as_ref().map(|vars| vars.to_vec()),
         })
         .await
         .map_err(|error| {
@@ -235,6 +250,18 @@ pub(crate) fn render(result: &ShellResult, timeout_ms: u64) -> String {
     let stderr = result.stderr.trim_end();
     if !stderr.is_empty() {
         parts.push(format!("--- stderr ---\n{stderr}"));
+    }
+    match result.stopped {
+        0 => {}
+        1 => parts.push(
+            "[1 process the command left running (a background job) was stopped: nothing \
+             outlives its call]"
+                .to_owned(),
+        ),
+        n => parts.push(format!(
+            "[{n} processes the command left running (background jobs) were stopped: nothing \
+             outlives its call]"
+        )),
     }
     parts.join("\n")
 }

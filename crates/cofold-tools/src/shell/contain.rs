@@ -1,0 +1,287 @@
+//! Keeping a command's processes from outliving its call.
+//!
+//! Every command is started with a marker of its own in its environment
+//! ([`MARKER_VAR`]` = <call id>`), and children inherit it through `fork`, `setsid`, `setpgid`,
+//! `nohup` and the double fork of a daemon alike. When the call ends (the shell exited, the time
+//! limit passed, the call was cancelled or dropped) [`stop_call`] looks through `/proc` for the
+//! call's processes and kills them with `SIGKILL`, scanning again until none is left alive:
+//!
+//! - every process whose environment holds the marker;
+//! - every process in a process group or session of such a process (a child that emptied its
+//!   environment but stayed in the group or session), except the daemon's own group and session;
+//! - every descendant of those, by parent id.
+//!
+//! The daemon makes itself a child subreaper first, so an orphaned descendant is re-parented to
+//! the daemon rather than to init; the daemon then reaps the processes it killed, leaving no
+//! zombies.
+//!
+//! Limits: a process that empties its environment (`env -i`), leaves the call's group and
+//! session (`setsid`) and whose parents have all exited before the scan is not recognised as the
+//! call's; a process of another user cannot be killed (nor its environment read); a process that
+//! forks faster than the scans kill is caught by a later scan, within a bounded number of rounds.
+//! A cgroup would close the first gap, but the daemon does not create one: most installations
+//! (containers, an unprivileged user without a delegated cgroup tree) do not let it. On other
+//! Unix systems only the command's process group is killed, and on Windows its process tree.
+
+/// The environment variable carrying a call's marker.
+pub const MARKER_VAR: &str = "COFOLD_SHELL_CALL";
+
+/// A marker no other call of this process, nor of another process, carries.
+pub(crate) fn new_marker() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let count = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{count}-{nanos}", std::process::id())
+}
+
+/// Makes the daemon the child subreaper of everything it starts, once per process.
+pub(crate) fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if let Err(error) = rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            {
+                tracing::warn!(%error, "cannot become a child subreaper; orphans of commands go to init");
+            }
+        });
+    }
+}
+
+/// Kills every process of the call marked `marker` but the shell itself (`shell`, whose exit
+/// the runner waits for and reaps), and the shell too when `shell_alive`. Returns how many
+/// processes other than the shell were found alive and killed.
+#[cfg(target_os = "linux")]
+pub(crate) fn stop_call(marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+    // The running shell's group is certainly the call's: it goes first, in one signal.
+    if shell_alive && let Some(pid) = shell {
+        super::exec::kill_tree(pid, true);
+    }
+    linux::stop_call(marker, shell, shell_alive)
+}
+
+/// Without `/proc`, the command's process group is what can be found: kill it.
+#[cfg(all(unix, not(target_os = "linux")))]
+pub(crate) fn stop_call(_marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+    if let Some(pid) = shell {
+        super::exec::kill_tree(pid, shell_alive);
+    }
+    0
+}
+
+/// Windows: `taskkill /T` on the shell's tree.
+#[cfg(windows)]
+pub(crate) fn stop_call(_marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+    if let Some(pid) = shell {
+        super::exec::kill_tree(pid, shell_alive);
+    }
+    0
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::{Duration, Instant};
+
+    use rustix::process::{Pid, Signal, WaitOptions, kill_process, waitpid};
+
+    use super::MARKER_VAR;
+
+    /// How long the scans go on before giving up on a tree that keeps forking, and how long
+    /// killed processes are waited for to be reaped. A killed process needs a moment to exit;
+    /// the scans between look again every `PAUSE`.
+    const PATIENCE: Duration = Duration::from_secs(5);
+    const PAUSE: Duration = Duration::from_millis(2);
+    /// How long an orphan showing no environment is looked at again before it is taken for a
+    /// process that really has none (and so is not known as the call's).
+    const UNSURE_PATIENCE: Duration = Duration::from_millis(250);
+
+    /// One process as `/proc/<pid>/stat` shows it.
+    struct Proc {
+        state: u8,
+        ppid: i32,
+        pgrp: i32,
+        session: i32,
+    }
+
+    impl Proc {
+        fn alive(&self) -> bool {
+            !matches!(self.state, b'Z' | b'X' | b'x')
+        }
+    }
+
+    fn stat(pid: i32) -> Option<Proc> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name is in parentheses and may hold anything; the fields after the last
+        // `)` are plain numbers.
+        let rest = text.get(text.rfind(')')? + 2..)?;
+        let mut fields = rest.split(' ');
+        let state = *fields.next()?.as_bytes().first()?;
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        let session = fields.next()?.parse().ok()?;
+        Some(Proc {
+            state,
+            ppid,
+            pgrp,
+            session,
+        })
+    }
+
+    /// Whether the process's environment holds the marker; `None` when it shows none at all
+    /// (unreadable, or empty as during an `exec`).
+    fn marked(pid: i32, entry: &[u8]) -> Option<bool> {
+        match std::fs::read(format!("/proc/{pid}/environ")) {
+            Ok(environ) if !environ.is_empty() => {
+                Some(environ.split(|b| *b == 0).any(|var| var == entry))
+            }
+            _ => None,
+        }
+    }
+
+    fn all_pids() -> Vec<i32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+            .collect()
+    }
+
+    /// What one scan found.
+    struct Scan {
+        /// The live processes of the call.
+        ours: BTreeSet<i32>,
+        /// Some child of the daemon (an orphan re-parented to it) showed no environment: it may
+        /// be in the middle of an `exec`, when the kernel shows an empty one for a moment.
+        unsure: bool,
+    }
+
+    /// The live processes of the call, found in one scan.
+    fn find(entry: &[u8], own: &Proc, me: i32) -> Scan {
+        let procs: BTreeMap<i32, Proc> = all_pids()
+            .into_iter()
+            .filter(|pid| *pid != me)
+            .filter_map(|pid| Some((pid, stat(pid)?)))
+            .collect();
+        let mut ours = BTreeSet::new();
+        let mut unsure = false;
+        for (pid, proc) in &procs {
+            if !proc.alive() {
+                continue;
+            }
+            match marked(*pid, entry) {
+                Some(true) => {
+                    ours.insert(*pid);
+                }
+                Some(false) => {}
+                None => unsure |= proc.ppid == me,
+            }
+        }
+        let groups: BTreeSet<i32> = ours
+            .iter()
+            .filter_map(|pid| procs.get(pid))
+            .map(|proc| proc.pgrp)
+            .filter(|group| *group != own.pgrp)
+            .collect();
+        let sessions: BTreeSet<i32> = ours
+            .iter()
+            .filter_map(|pid| procs.get(pid))
+            .map(|proc| proc.session)
+            .filter(|session| *session != own.session)
+            .collect();
+        for (pid, proc) in &procs {
+            if proc.alive() && (groups.contains(&proc.pgrp) || sessions.contains(&proc.session)) {
+                ours.insert(*pid);
+            }
+        }
+        // Descendants, to a fixed point: a child may be listed before its parent.
+        loop {
+            let before = ours.len();
+            for (pid, proc) in &procs {
+                if proc.alive() && ours.contains(&proc.ppid) {
+                    ours.insert(*pid);
+                }
+            }
+            if ours.len() == before {
+                return Scan { ours, unsure };
+            }
+        }
+    }
+
+    pub(super) fn stop_call(marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+        let entry = format!("{MARKER_VAR}={marker}").into_bytes();
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        let Some(own) = stat(me) else {
+            return 0;
+        };
+        let shell = shell.and_then(|pid| i32::try_from(pid).ok());
+        let mut killed: BTreeSet<i32> = BTreeSet::new();
+        let start = Instant::now();
+        while start.elapsed() < PATIENCE {
+            let scan = find(&entry, &own, me);
+            let mut found = scan.ours;
+            if !shell_alive && let Some(shell) = shell {
+                // Reaped already: the number may be someone else's by now.
+                found.remove(&shell);
+            }
+            if found.is_empty() {
+                if scan.unsure && start.elapsed() < UNSURE_PATIENCE {
+                    std::thread::sleep(PAUSE);
+                    continue;
+                }
+                break;
+            }
+            for pid in &found {
+                if let Some(pid) = Pid::from_raw(*pid) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+            }
+            killed.extend(found);
+            // SIGKILL is delivered asynchronously; the next scan sees who is still dying.
+            std::thread::sleep(PAUSE);
+        }
+        reap(&killed, shell, me);
+        killed.iter().filter(|pid| Some(**pid) != shell).count()
+    }
+
+    /// Reaps the killed processes that ended up the daemon's children (re-parented to it as the
+    /// subreaper), never the shell, whose `wait` belongs to the runner.
+    fn reap(killed: &BTreeSet<i32>, shell: Option<i32>, me: i32) {
+        let mut waiting: Vec<i32> = killed
+            .iter()
+            .copied()
+            .filter(|pid| Some(*pid) != shell)
+            .collect();
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            waiting.retain(|raw| {
+                let Some(pid) = Pid::from_raw(*raw) else {
+                    return false;
+                };
+                match waitpid(Some(pid), WaitOptions::NOHANG) {
+                    Ok(Some(_)) => false,
+                    // Ours but not ended yet: look again.
+                    Ok(None) => true,
+                    // Not our child now; it may become one when its dying parent is gone.
+                    Err(_) => match stat(*raw) {
+                        Some(proc) => {
+                            proc.ppid != me
+                                && (killed.contains(&proc.ppid)
+                                    || stat(proc.ppid).is_none_or(|parent| !parent.alive()))
+                        }
+                        None => false,
+                    },
+                }
+            });
+            if waiting.is_empty() {
+                return;
+            }
+            std::thread::sleep(PAUSE);
+        }
+    }
+}
