@@ -164,22 +164,22 @@ fn string_field<'v>(input: &'v Value, key: &str) -> Option<&'v str> {
 
 impl ModePolicy {
     /// The rule the stricter modes share: ask before a write, a destructive call or a network
-    /// call, and before a read with a folder input (`path`, `cwd`, each judged on its own) that
-    /// `inside` finds outside the workspace. `inside` is the host's: the engine's resolves links,
-    /// dangling ones too, so what is judged is where the input lands, not how it is spelled.
-    /// Glob inputs are not judged here: the standard tools confine a glob to its folder and
-    /// refuse one that could leave it.
+    /// call, and before a read whose target (`path`, else `cwd`) is outside the workspace.
+    ///
+    /// `inside` is the host's: the engine's resolves links, dangling ones too, so the target is
+    /// judged by where it lands, not how it is spelled. Glob inputs (`glob`, `pattern`) are not
+    /// judged here; the standard tools confine a glob to the folder it applies to and refuse
+    /// one that could leave it, so the folder is all there is to judge.
     fn ask_on_effects(&self, tool: &Tool, input: &Value) -> Decision {
         let effects = tool.effects();
         if effects.writes || effects.destructive || effects.network {
             return Decision::ask();
         }
         if effects.reads {
-            let outside = ["path", "cwd"]
-                .into_iter()
-                .filter_map(|key| string_field(input, key))
-                .any(|target| !(self.context.inside)(Path::new(target)));
-            if outside {
+            let target = string_field(input, "path").or_else(|| string_field(input, "cwd"));
+            if let Some(target) = target
+                && !(self.context.inside)(Path::new(target))
+            {
                 return Decision::ask();
             }
         }
