@@ -365,7 +365,10 @@ impl<V: Visit> ParallelVisitor for Visitor<'_, V> {
         if self.cancel.is_cancelled() {
             return WalkState::Quit;
         }
-        if self.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
             self.stopped.store(true, Ordering::Relaxed);
             return WalkState::Quit;
         }

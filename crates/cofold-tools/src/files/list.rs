@@ -76,7 +76,9 @@ pub(crate) fn stopped_note(run: &Run) -> String {
     format!(
         "\n[stopped after {} s, the time limit of a walk: the results are partial; narrow the \
          folder or the pattern]",
-        crate::shell::seconds(u64::try_from(run.options.walk_limit.as_millis()).unwrap_or(u64::MAX))
+        crate::shell::seconds(
+            u64::try_from(run.options.walk_limit.as_millis()).unwrap_or(u64::MAX)
+        )
     )
 }
 

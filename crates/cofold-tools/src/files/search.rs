@@ -14,11 +14,11 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use tokio_util::sync::CancellationToken;
 
+use super::list::{glob_refusal, stopped_note};
 use super::read::BINARY_PROBE;
+use super::read::open_for_reading;
 use super::{Refusal, Run};
 use crate::paths::{display_path, resolve_within};
-use super::list::{glob_refusal, stopped_note};
-use super::read::open_for_reading;
 use crate::walk::{Glob, Visit, walk};
 
 /// Files over this many bytes are skipped; a file of exactly this size is searched.

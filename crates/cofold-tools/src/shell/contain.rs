@@ -1,27 +1,9 @@
-//! Keeping a command's processes from outliving its call.
+//! Finding and stopping a call's processes; the rules and their limits are in the `shell`
+//! module's documentation.
 //!
-//! Every command is started with a marker of its own in its environment
-//! ([`MARKER_VAR`]` = <call id>`), and children inherit it through `fork`, `setsid`, `setpgid`,
-//! `nohup` and the double fork of a daemon alike. When the call ends (the shell exited, the time
-//! limit passed, the call was cancelled or dropped) [`stop_call`] looks through `/proc` for the
-//! call's processes and kills them with `SIGKILL`, scanning again until none is left alive:
-//!
-//! - every process whose environment holds the marker;
-//! - every process in a process group or session of such a process (a child that emptied its
-//!   environment but stayed in the group or session), except the daemon's own group and session;
-//! - every descendant of those, by parent id.
-//!
-//! The daemon makes itself a child subreaper first, so an orphaned descendant is re-parented to
-//! the daemon rather than to init; the daemon then reaps the processes it killed, leaving no
-//! zombies.
-//!
-//! Limits: a process that empties its environment (`env -i`), leaves the call's group and
-//! session (`setsid`) and whose parents have all exited before the scan is not recognised as the
-//! call's; a process of another user cannot be killed (nor its environment read); a process that
-//! forks faster than the scans kill is caught by a later scan, within a bounded number of rounds.
-//! A cgroup would close the first gap, but the daemon does not create one: most installations
-//! (containers, an unprivileged user without a delegated cgroup tree) do not let it. On other
-//! Unix systems only the command's process group is killed, and on Windows its process tree.
+//! One detail lives only here: while a process is in the middle of an `exec`, the kernel shows an
+//! empty environment for it, so an orphan of the daemon showing none is looked at again for a
+//! short while before the scans conclude that nothing of the call is left.
 
 /// The environment variable carrying a call's marker.
 pub const MARKER_VAR: &str = "COFOLD_SHELL_CALL";

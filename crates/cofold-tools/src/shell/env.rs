@@ -71,7 +71,9 @@ impl ShellEnv {
     ) -> Vec<(OsString, OsString)> {
         let mut out: Vec<(OsString, OsString)> = vars
             .into_iter()
-            .filter(|(name, _)| self.passes(name) && !self.set.contains_key(&*name.to_string_lossy()))
+            .filter(|(name, _)| {
+                self.passes(name) && !self.set.contains_key(&*name.to_string_lossy())
+            })
             .collect();
         out.extend(
             self.set

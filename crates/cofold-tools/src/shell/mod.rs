@@ -1,5 +1,24 @@
 //! The shell capability: `shell_exec`, one command through the platform shell in the run's
 //! workspace (tools.md §3.7), and `exec_shell`, the runner on its own.
+//!
+//! A command cannot outlive its call. Each one carries a marker of its own in its environment
+//! ([`MARKER_VAR`]), which children inherit through `fork`, `setsid`, `setpgid`, `nohup` and a
+//! daemon's double fork. The daemon makes itself a child subreaper (Linux), so orphans come back
+//! to it rather than to init. When the call ends (the shell exited, the time limit passed, the
+//! call was cancelled or dropped) every live process holding the marker, every process in one of
+//! their process groups or sessions (the daemon's own excepted), and every descendant of those is
+//! killed with `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the
+//! ones re-parented to it. A command that left something running is told so in its result.
+//!
+//! Limits: a process that empties its environment, starts a session of its own and whose parents
+//! have all exited before the scan is not recognised; another user's processes (after a setuid
+//! program) can be neither read nor killed; the scans give up after 5 s on a tree that forks
+//! faster than they kill. A cgroup v2 would close the first gap, but creating one needs a
+//! delegated cgroup tree that containers and unprivileged users rarely have, so none is made. On
+//! other Unix systems the command's process group is killed, on Windows its process tree.
+//!
+//! The environment is the daemon's minus the variables [`DEFAULT_EXCLUDE`] matches, as
+//! [`ShellEnv`] configures (`tools.shell.env`).
 
 mod contain;
 mod env;

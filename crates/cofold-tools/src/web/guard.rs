@@ -76,19 +76,19 @@ const SPECIAL_V4: [([u8; 4], u8); 19] = [
 /// and the deprecated IPv4-compatible `::/96` never get here: [`is_internal`] judges them as the
 /// IPv4 address they carry.
 const SPECIAL_V6: [([u16; 8], u8); 13] = [
-    ([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96),     // NAT64 well-known prefix
-    ([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),     // NAT64 local-use prefix
-    ([0x100, 0, 0, 0, 0, 0, 0, 0], 64),         // discard-only
-    ([0x2001, 0, 0, 0, 0, 0, 0, 0], 23),        // IETF protocol assignments (Teredo, ORCHID, …)
-    ([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32),    // documentation
-    ([0x2002, 0, 0, 0, 0, 0, 0, 0], 16),        // 6to4
+    ([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96), // NAT64 well-known prefix
+    ([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), // NAT64 local-use prefix
+    ([0x100, 0, 0, 0, 0, 0, 0, 0], 64),     // discard-only
+    ([0x2001, 0, 0, 0, 0, 0, 0, 0], 23),    // IETF protocol assignments (Teredo, ORCHID, …)
+    ([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), // documentation
+    ([0x2002, 0, 0, 0, 0, 0, 0, 0], 16),    // 6to4
     ([0x2620, 0x4f, 0x8000, 0, 0, 0, 0, 0], 48), // direct delegation AS112
-    ([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),        // documentation
-    ([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16),        // segment routing SIDs
-    ([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),         // unique-local
-    ([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),        // link-local
-    ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),        // deprecated site-local
-    ([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),         // multicast
+    ([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),    // documentation
+    ([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16),    // segment routing SIDs
+    ([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),     // unique-local
+    ([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),    // link-local
+    ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),    // deprecated site-local
+    ([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),     // multicast
 ];
 
 fn in_block(address: u128, network: u128, prefix: u8, bits: u32) -> bool {

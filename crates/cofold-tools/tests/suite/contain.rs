@@ -46,7 +46,10 @@ fn processes_with(needle: &str) -> Vec<String> {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        if !cmdline.split(|b| *b == 0).any(|arg| arg == needle.as_bytes()) {
+        if !cmdline
+            .split(|b| *b == 0)
+            .any(|arg| arg == needle.as_bytes())
+        {
             continue;
         }
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -85,7 +88,10 @@ async fn leaves_nothing(template: &str, timeout: Duration) -> ShellResult {
         .await
         .expect("runs");
     let left = none_left(&seconds);
-    assert!(left.is_empty(), "{command} left {left:?}; result {result:?}");
+    assert!(
+        left.is_empty(),
+        "{command} left {left:?}; result {result:?}"
+    );
     result
 }
 
@@ -181,7 +187,10 @@ async fn env_prints_none_of_the_excluded_variables() {
     run.base_env = Some(daemon_env());
     let result = exec_shell(run.clone()).await.expect("runs");
     assert_eq!(result.exit_code, Some(0), "{result:?}");
-    assert!(result.stdout.contains("PLAIN_SETTING=visible-1"), "{result:?}");
+    assert!(
+        result.stdout.contains("PLAIN_SETTING=visible-1"),
+        "{result:?}"
+    );
     assert!(
         !result.stdout.contains("secret") && !result.stdout.contains("npm-wanted"),
         "{}",

@@ -153,9 +153,13 @@ async fn a_fifo_is_refused_at_once_by_search_and_read() {
     assert!(status.success());
     let files = place.files().await;
     // Nobody ever writes to the FIFO: a tool that opened it for reading would wait for ever.
-    let search = answer(&files, "search_files", json!({"pattern": "x", "path": "pipe"}))
-        .await
-        .expect_err("refused");
+    let search = answer(
+        &files,
+        "search_files",
+        json!({"pattern": "x", "path": "pipe"}),
+    )
+    .await
+    .expect_err("refused");
     assert_eq!(search, "pipe is not a regular file or a folder");
     let read = answer(&files, "read_file", json!({"path": "pipe"}))
         .await
@@ -194,7 +198,10 @@ async fn subjects_name_the_resolved_target() {
     // A dangling link is followed to where it would land.
     std::os::unix::fs::symlink("src/missing.rs", place.ws.join("dangling")).expect("link");
     assert_eq!(
-        files.subject("edit_file", json!({"path": "dangling", "old": "a", "new": "b"})),
+        files.subject(
+            "edit_file",
+            json!({"path": "dangling", "old": "a", "new": "b"})
+        ),
         Some("src/missing.rs".into())
     );
 }
@@ -276,8 +283,7 @@ async fn memory_write_keeps_the_folder_whole() {
             .refused("memory_write", json!({"path": path, "content": "x"}))
             .await;
         assert_eq!(
-            refusal,
-            "name a file inside the memory folder, not the folder itself",
+            refusal, "name a file inside the memory folder, not the folder itself",
             "{path:?}"
         );
     }
@@ -288,10 +294,16 @@ async fn memory_write_keeps_the_folder_whole() {
         assert!(refusal.contains("under MEMORY.md"), "{path}: {refusal}");
     }
     assert!(!dir.join("MEMORY.md").exists());
-    caps.ok("memory_write", json!({"path": "MEMORY.md", "content": "- a"}))
-        .await;
-    caps.ok("memory_write", json!({"path": "topics/a.md", "content": "A"}))
-        .await;
+    caps.ok(
+        "memory_write",
+        json!({"path": "MEMORY.md", "content": "- a"}),
+    )
+    .await;
+    caps.ok(
+        "memory_write",
+        json!({"path": "topics/a.md", "content": "A"}),
+    )
+    .await;
     assert_eq!(
         caps.ok("memory_read", json!({})).await,
         "- a",
@@ -309,7 +321,10 @@ async fn memory_write_keeps_the_folder_whole() {
         assert_eq!(refusal, "out/x.md is outside the memory folder");
         assert!(!base.join("elsewhere/x.md").exists());
         let refusal = caps
-            .refused("memory_write", json!({"path": "index/x.md", "content": "x"}))
+            .refused(
+                "memory_write",
+                json!({"path": "index/x.md", "content": "x"}),
+            )
             .await;
         assert!(refusal.contains("under MEMORY.md"), "{refusal}");
         let status = std::process::Command::new("mkfifo")

@@ -30,7 +30,8 @@ fn leaf() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
         (0u64..5000).prop_map(Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         text().prop_map(Value::from),
     ]
 }
@@ -47,8 +48,20 @@ fn value() -> impl Strategy<Value = Value> {
 
 /// The names the standard tools take, and a few they do not.
 const KEYS: [&str; 14] = [
-    "path", "cwd", "glob", "pattern", "content", "old", "new", "all", "offset", "limit",
-    "command", "timeoutMs", "url", "maxBytes",
+    "path",
+    "cwd",
+    "glob",
+    "pattern",
+    "content",
+    "old",
+    "new",
+    "all",
+    "offset",
+    "limit",
+    "command",
+    "timeoutMs",
+    "url",
+    "maxBytes",
 ];
 
 /// An input: mostly objects over the known keys (so the schema often lets it through), else
@@ -130,7 +143,11 @@ fn context(workspace: &Path) -> ToolContext {
 async fn answer(tool: &Tool, workspace: &Path, input: &Value) -> String {
     match tool.validate(input) {
         Err(issues) => {
-            assert!(!issues.is_empty(), "{} refused {input} without a reason", tool.name());
+            assert!(
+                !issues.is_empty(),
+                "{} refused {input} without a reason",
+                tool.name()
+            );
             format!("invalid: {}", issues[0].message)
         }
         Ok(valid) => {
@@ -141,7 +158,11 @@ async fn answer(tool: &Tool, workspace: &Path, input: &Value) -> String {
                 Ok(output) => output.content,
                 Err(error) => {
                     let sentence = error.to_string();
-                    assert!(!sentence.is_empty(), "{} failed without a sentence", tool.name());
+                    assert!(
+                        !sentence.is_empty(),
+                        "{} failed without a sentence",
+                        tool.name()
+                    );
                     sentence
                 }
             }
