@@ -355,7 +355,7 @@ struct ListInput {
 fn list_files_def(run: &Arc<Run>) -> ToolDef {
     let input = schema(
         json!({
-            "pattern": {"type": "string", "description": "A glob; ** crosses folders"},
+            "pattern": {"type": "string", "description": "A glob relative to cwd, which it cannot leave (no .., /, ~); ** crosses folders"},
             "cwd": {"type": "string", "description": "Folder the pattern is relative to; default the workspace"},
         }),
         &["pattern"],
@@ -397,7 +397,7 @@ fn search_files_def(run: &Arc<Run>) -> ToolDef {
         json!({
             "pattern": {"type": "string", "description": "A regular expression in Rust regex syntax (no look-around, no back-references)"},
             "path": {"type": "string", "description": "File or folder to search; default the workspace"},
-            "glob": {"type": "string", "description": "Only files matching this glob under path, such as **/*.ts"},
+            "glob": {"type": "string", "description": "Only files matching this glob under path, such as **/*.ts; it cannot leave path (no .., /, ~)"},
             "ignoreCase": {"type": "boolean", "description": "Match without regard to case; default false"},
             "limit": {"type": "integer", "minimum": 1, "description": format!("Rows to return; default {max_matches}")},
         }),
