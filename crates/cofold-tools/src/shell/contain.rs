@@ -5,6 +5,8 @@
 //! empty environment for it, so an orphan of the daemon showing none is looked at again for a
 //! short while before the scans conclude that nothing of the call is left.
 
+use super::cgroup::CallGroup;
+
 /// The environment variable carrying a call's marker.
 pub const MARKER_VAR: &str = "COFOLD_SHELL_CALL";
 
@@ -38,17 +40,27 @@ pub(crate) fn become_subreaper() {
 /// the runner waits for and reaps), and the shell too when `shell_alive`. Returns how many
 /// processes other than the shell were found alive and killed.
 #[cfg(target_os = "linux")]
-pub(crate) fn stop_call(marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
-    // The running shell's group is certainly the call's: it goes first, in one signal.
+pub(crate) fn stop_call(
+    marker: &str,
+    shell: Option<u32>,
+    shell_alive: bool,
+    group: Option<&CallGroup>,
+) -> usize {
+    // The running shell's process group is certainly the call's: it goes first, in one signal.
     if shell_alive && let Some(pid) = shell {
         super::exec::kill_tree(pid, true);
     }
-    linux::stop_call(marker, shell, shell_alive)
+    linux::stop_call(marker, shell, shell_alive, group)
 }
 
 /// Without `/proc`, the command's process group is what can be found: kill it.
 #[cfg(all(unix, not(target_os = "linux")))]
-pub(crate) fn stop_call(_marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+pub(crate) fn stop_call(
+    _marker: &str,
+    shell: Option<u32>,
+    shell_alive: bool,
+    _group: Option<&CallGroup>,
+) -> usize {
     if let Some(pid) = shell {
         super::exec::kill_tree(pid, shell_alive);
     }
@@ -57,7 +69,12 @@ pub(crate) fn stop_call(_marker: &str, shell: Option<u32>, shell_alive: bool) ->
 
 /// Windows: `taskkill /T` on the shell's tree.
 #[cfg(windows)]
-pub(crate) fn stop_call(_marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+pub(crate) fn stop_call(
+    _marker: &str,
+    shell: Option<u32>,
+    shell_alive: bool,
+    _group: Option<&CallGroup>,
+) -> usize {
     if let Some(pid) = shell {
         super::exec::kill_tree(pid, shell_alive);
     }
@@ -71,7 +88,7 @@ mod linux {
 
     use rustix::process::{Pid, Signal, WaitOptions, kill_process, waitpid};
 
-    use super::MARKER_VAR;
+    use super::{CallGroup, MARKER_VAR};
 
     /// How long the scans go on before giving up on a tree that keeps forking, and how long
     /// killed processes are waited for to be reaped. A killed process needs a moment to exit;
@@ -144,13 +161,18 @@ mod linux {
     }
 
     /// The live processes of the call, found in one scan.
-    fn find(entry: &[u8], own: &Proc, me: i32) -> Scan {
+    fn find(entry: &[u8], own: &Proc, me: i32, group: Option<&CallGroup>) -> Scan {
         let procs: BTreeMap<i32, Proc> = all_pids()
             .into_iter()
             .filter(|pid| *pid != me)
             .filter_map(|pid| Some((pid, stat(pid)?)))
             .collect();
-        let mut ours = BTreeSet::new();
+        let mut ours: BTreeSet<i32> = group
+            .map(CallGroup::pids)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|pid| *pid != me && procs.get(pid).is_some_and(Proc::alive))
+            .collect();
         let mut unsure = false;
         for (pid, proc) in &procs {
             if !proc.alive() {
@@ -195,7 +217,12 @@ mod linux {
         }
     }
 
-    pub(super) fn stop_call(marker: &str, shell: Option<u32>, shell_alive: bool) -> usize {
+    pub(super) fn stop_call(
+        marker: &str,
+        shell: Option<u32>,
+        shell_alive: bool,
+        group: Option<&CallGroup>,
+    ) -> usize {
         let entry = format!("{MARKER_VAR}={marker}").into_bytes();
         let me = rustix::process::getpid().as_raw_nonzero().get();
         let Some(own) = stat(me) else {
@@ -203,9 +230,14 @@ mod linux {
         };
         let shell = shell.and_then(|pid| i32::try_from(pid).ok());
         let mut killed: BTreeSet<i32> = BTreeSet::new();
+        if let Some(group) = group {
+            // Counted before the group is killed in one stroke (forks in flight included).
+            killed.extend(group.pids().into_iter().filter(|pid| *pid != me));
+            group.kill();
+        }
         let start = Instant::now();
         while start.elapsed() < PATIENCE {
-            let scan = find(&entry, &own, me);
+            let scan = find(&entry, &own, me, group);
             let mut found = scan.ours;
             if !shell_alive && let Some(shell) = shell {
                 // Reaped already: the number may be someone else's by now.

@@ -4,12 +4,16 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(unix)]
+use super::cgroup::resolve_program;
+use super::cgroup::{CallGroup, GATE_SCRIPT, GATE_SHELL};
 use super::contain::{MARKER_VAR, become_subreaper, new_marker, stop_call};
 use super::env::ShellEnv;
 
@@ -137,18 +141,34 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
 
     become_subreaper();
     let marker = new_marker();
-    let mut command = Command::new(&args.shell.command);
+    let vars = match args.base_env {
+        Some(vars) => args.env.apply(vars),
+        None => args.env.apply(std::env::vars_os()),
+    };
+    let group = CallGroup::create(&marker).map(Arc::new);
+    let gated = group
+        .as_ref()
+        .and_then(|_| gated_program(&args.shell.command, &vars));
+    let mut command = match &gated {
+        Some(program) => {
+            let mut gate = Command::new(GATE_SHELL);
+            gate.args(["-c", GATE_SCRIPT, "cofold-gate"]).arg(program);
+            gate
+        }
+        None => Command::new(&args.shell.command),
+    };
     command
         .args(&args.shell.args)
         .arg(&args.command)
         .current_dir(&args.cwd)
         .env_clear()
-        .envs(match args.base_env {
-            Some(vars) => args.env.apply(vars),
-            None => args.env.apply(std::env::vars_os()),
-        })
+        .envs(vars)
         .env(MARKER_VAR, &marker)
-        .stdin(Stdio::null())
+        .stdin(if gated.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -158,7 +178,14 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     command.creation_flags(0x0800_0000); // CREATE_NO_WINDOW
 
     let mut child = command.spawn()?;
-    let mut guard = TreeGuard::new(child.id(), marker);
+    if let (Some(group), Some(pid)) = (&group, child.id()) {
+        group.adopt(pid);
+    }
+    if let Some(mut gate) = child.stdin.take() {
+        // In the group now: let the shell through. A gate that died has nothing to open.
+        let _ = gate.write_all(b"\n").await;
+    }
+    let mut guard = TreeGuard::new(child.id(), marker, group);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
@@ -230,6 +257,26 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         truncated,
         stopped: if timed_out || aborted { 0 } else { stopped },
     })
+}
+
+/// The real shell the gate should `exec`, resolved as the shell itself would be, or `None` to
+/// start it without a gate (no `/bin/sh`, or a shell that cannot be found: starting it directly
+/// then gives the usual error).
+#[cfg(unix)]
+fn gated_program(program: &str, vars: &[(OsString, OsString)]) -> Option<PathBuf> {
+    if !std::path::Path::new(GATE_SHELL).is_file() {
+        return None;
+    }
+    let path = vars
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_os_str());
+    resolve_program(program, path)
+}
+
+#[cfg(not(unix))]
+fn gated_program(_program: &str, _vars: &[(OsString, OsString)]) -> Option<PathBuf> {
+    None
 }
 
 fn exit_parts(status: ExitStatus) -> (Option<i32>, Option<i32>) {
@@ -352,15 +399,17 @@ impl CappedText {
 struct TreeGuard {
     pid: Option<u32>,
     marker: String,
+    group: Option<Arc<CallGroup>>,
     child_alive: bool,
     armed: bool,
 }
 
 impl TreeGuard {
-    fn new(pid: Option<u32>, marker: String) -> Self {
+    fn new(pid: Option<u32>, marker: String, group: Option<Arc<CallGroup>>) -> Self {
         Self {
             pid,
             marker,
+            group,
             child_alive: true,
             armed: true,
         }
@@ -378,10 +427,17 @@ impl TreeGuard {
     /// says how many besides the shell there were.
     async fn stop(&mut self) -> usize {
         let (marker, pid, alive) = (self.marker.clone(), self.pid, self.child_alive);
-        match tokio::task::spawn_blocking(move || stop_call(&marker, pid, alive)).await {
+        let group = self.group.clone();
+        let stopping = move || stop_call(&marker, pid, alive, group.as_deref());
+        match tokio::task::spawn_blocking(stopping).await {
             Ok(count) => count,
             // The blocking pool is gone (the runtime is shutting down): stop them here.
-            Err(_) => stop_call(&self.marker, self.pid, self.child_alive),
+            Err(_) => stop_call(
+                &self.marker,
+                self.pid,
+                self.child_alive,
+                self.group.as_deref(),
+            ),
         }
     }
 }
@@ -389,7 +445,12 @@ impl TreeGuard {
 impl Drop for TreeGuard {
     fn drop(&mut self) {
         if self.armed {
-            stop_call(&self.marker, self.pid, self.child_alive);
+            stop_call(
+                &self.marker,
+                self.pid,
+                self.child_alive,
+                self.group.as_deref(),
+            );
         }
     }
 }

@@ -10,16 +10,23 @@
 //! killed with `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the
 //! ones re-parented to it. A command that left something running is told so in its result.
 //!
-//! Limits: a process that empties its environment, starts a session of its own and whose parents
-//! have all exited before the scan is not recognised; another user's processes (after a setuid
-//! program) can be neither read nor killed; the scans give up after 5 s on a tree that forks
-//! faster than they kill. A cgroup v2 would close the first gap, but creating one needs a
-//! delegated cgroup tree that containers and unprivileged users rarely have, so none is made. On
-//! other Unix systems the command's process group is killed, on Windows its process tree.
+//! Where the daemon may create cgroups under its own cgroup v2 (root, or a delegated tree such
+//! as a systemd user service's), each call also gets a group of its own: the shell is moved into
+//! it as soon as it starts, everything it starts stays there, and the stop kills the group
+//! (`cgroup.kill`) besides what the scan finds. [`commands_get_a_cgroup`] says which applies.
+//!
+//! Limits without a cgroup: a process that empties its environment, starts a session of its own
+//! and whose parents have all exited before the scan is not recognised. With one: a child the
+//! shell forks in the instant before it is moved stays outside the group (the marker still
+//! finds it), and a command running as root can move itself out. Either way another user's
+//! processes (after a setuid program) can be neither read nor killed, and the scans give up
+//! after 5 s on a tree that forks faster than they kill. On other Unix systems the command's
+//! process group is killed, on Windows its process tree.
 //!
 //! The environment is the daemon's minus the variables [`DEFAULT_EXCLUDE`] matches, as
 //! [`ShellEnv`] configures (`tools.shell.env`).
 
+mod cgroup;
 mod contain;
 mod env;
 mod exec;
@@ -38,6 +45,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use contain::MARKER_VAR;
+
+/// Whether each command runs in a cgroup v2 of its own on this machine (the daemon may create
+/// groups under its own); without one, the marker scan alone finds a call's processes.
+pub fn commands_get_a_cgroup() -> bool {
+    cgroup::available()
+}
 pub use env::{DEFAULT_EXCLUDE, ShellEnv};
 pub use exec::{ShellExecArgs, ShellResult, ShellSpec, TRUNCATED_MARKER, exec_shell};
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cofold_tools::shell::{
-    ShellEnv, ShellExecArgs, ShellOptions, ShellResult, ShellSpec, exec_shell, shell,
+    ShellEnv, ShellExecArgs, ShellOptions, ShellResult, ShellSpec, commands_get_a_cgroup,
+    exec_shell, shell,
 };
 use serde_json::json;
 
@@ -124,6 +125,30 @@ async fn daemons_and_double_forks_die_with_the_call() {
         let result = leaves_nothing(template, Duration::from_secs(600)).await;
         assert!(!result.timed_out, "{template}: {result:?}");
     }
+}
+
+/// A daemon that also empties its environment carries no marker: only the call's cgroup holds
+/// it. Where none can be made this is the documented gap, and the test says so instead.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_without_an_environment_dies_with_the_calls_cgroup() {
+    if !commands_get_a_cgroup() {
+        eprintln!("no cgroup v2 can be made here: the marker scan is all there is");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let own = exec_shell(args(
+        "cat /proc/self/cgroup",
+        dir.path(),
+        Duration::from_secs(600),
+    ))
+    .await
+    .expect("runs");
+    assert!(own.stdout.contains("/cofold-call-"), "{own:?}");
+    let template = "env -i setsid sh -c 'sleep {s} < /dev/null > /dev/null 2>&1 &' \
+                    < /dev/null > /dev/null 2>&1 &";
+    let result = leaves_nothing(template, Duration::from_secs(600)).await;
+    assert_eq!(result.exit_code, Some(0), "{result:?}");
 }
 
 #[cfg(target_os = "linux")]
