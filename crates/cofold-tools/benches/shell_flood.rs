@@ -135,6 +135,7 @@ fn args(command: &str, cwd: &std::path::Path) -> ShellExecArgs {
         cancel: None,
         env: ShellEnv::default(),
         base_env: None,
+        cgroup: true,
     }
 }
 

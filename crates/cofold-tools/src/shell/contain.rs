@@ -2,8 +2,8 @@
 //! module's documentation.
 //!
 //! One detail lives only here: while a process is in the middle of an `exec`, the kernel shows an
-//! empty environment for it, so an orphan of the daemon showing none is looked at again for a
-//! short while before the scans conclude that nothing of the call is left.
+//! empty environment and command line for it, so an orphan of the daemon showing neither is looked
+//! at again before the scans conclude that nothing of the call is left.
 
 use super::cgroup::CallGroup;
 
@@ -95,9 +95,6 @@ mod linux {
     /// the scans between look again every `PAUSE`.
     const PATIENCE: Duration = Duration::from_secs(5);
     const PAUSE: Duration = Duration::from_millis(2);
-    /// How long an orphan showing no environment is looked at again before it is taken for a
-    /// process that really has none (and so is not known as the call's).
-    const UNSURE_PATIENCE: Duration = Duration::from_millis(250);
 
     /// One process as `/proc/<pid>/stat` shows it.
     struct Proc {
@@ -129,6 +126,10 @@ mod linux {
             pgrp,
             session,
         })
+    }
+
+    fn empty(file: &str) -> bool {
+        std::fs::read(file).map_or(true, |bytes| bytes.is_empty())
     }
 
     /// Whether the process's environment holds the marker; `None` when it shows none at all
@@ -183,7 +184,10 @@ mod linux {
                     ours.insert(*pid);
                 }
                 Some(false) => {}
-                None => unsure |= proc.ppid == me,
+                // Neither environment nor command line: a child between `fork` and the end of
+                // its `exec`, whose marker shows again in a moment. (A process that really has
+                // no environment still has a command line.)
+                None => unsure |= proc.ppid == me && empty(&format!("/proc/{pid}/cmdline")),
             }
         }
         let groups: BTreeSet<i32> = ours
@@ -244,7 +248,7 @@ mod linux {
                 found.remove(&shell);
             }
             if found.is_empty() {
-                if scan.unsure && start.elapsed() < UNSURE_PATIENCE {
+                if scan.unsure {
                     std::thread::sleep(PAUSE);
                     continue;
                 }

@@ -98,6 +98,9 @@ pub struct ShellExecArgs {
     pub env: ShellEnv,
     /// The variables `env` filters; `None` is the daemon's own environment at the call.
     pub base_env: Option<Vec<(OsString, OsString)>>,
+    /// Run the command in a cgroup of its own where one can be made (`shell_exec` always
+    /// does); without, the marker scan alone finds its processes.
+    pub cgroup: bool,
 }
 
 /// What one run produced.
@@ -145,7 +148,11 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         Some(vars) => args.env.apply(vars),
         None => args.env.apply(std::env::vars_os()),
     };
-    let group = CallGroup::create(&marker).map(Arc::new);
+    let group = if args.cgroup {
+        CallGroup::create(&marker).map(Arc::new)
+    } else {
+        None
+    };
     let gated = group
         .as_ref()
         .and_then(|_| gated_program(&args.shell.command, &vars));

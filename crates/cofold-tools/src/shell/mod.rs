@@ -250,6 +250,7 @@ impl Run {
             cancel: Some(ctx.signal.token().clone()),
             env: options.env.clone(),
             base_env: options.base_env.as_ref().map(|vars| vars.to_vec()),
+            cgroup: true,
         })
         .await
         .map_err(|error| {

@@ -32,6 +32,7 @@ fn args(command: &str, cwd: &Path, timeout: Duration) -> ShellExecArgs {
         cancel: None,
         env: ShellEnv::default(),
         base_env: None,
+        cgroup: true,
     }
 }
 
@@ -79,19 +80,29 @@ fn none_left(needle: &str) -> Vec<String> {
 }
 
 /// Runs `command` (with `{s}` standing for the unique sleep) and checks that nothing of it is
-/// left; returns the result.
+/// left, once in a cgroup of its own where one can be made and once with the marker scan alone;
+/// returns the results.
 #[cfg(target_os = "linux")]
-async fn leaves_nothing(template: &str, timeout: Duration) -> ShellResult {
+async fn leaves_nothing(template: &str, timeout: Duration) -> Vec<ShellResult> {
+    let mut results = Vec::new();
+    for cgroup in [true, false] {
+        results.push(leaves_nothing_with(template, timeout, cgroup).await);
+    }
+    results
+}
+
+#[cfg(target_os = "linux")]
+async fn leaves_nothing_with(template: &str, timeout: Duration, cgroup: bool) -> ShellResult {
     let dir = tempfile::tempdir().expect("temp dir");
     let seconds = unique_seconds();
     let command = template.replace("{s}", &seconds);
-    let result = exec_shell(args(&command, dir.path(), timeout))
-        .await
-        .expect("runs");
+    let mut run = args(&command, dir.path(), timeout);
+    run.cgroup = cgroup;
+    let result = exec_shell(run).await.expect("runs");
     let left = none_left(&seconds);
     assert!(
         left.is_empty(),
-        "{command} left {left:?}; result {result:?}"
+        "{command} (cgroup {cgroup}) left {left:?}; result {result:?}"
     );
     result
 }
@@ -104,10 +115,11 @@ async fn background_jobs_are_stopped_and_the_command_is_told() {
         "nohup sleep {s} > /dev/null 2>&1 &",
         "sleep {s} & echo started",
     ] {
-        let result = leaves_nothing(template, Duration::from_secs(600)).await;
-        assert_eq!(result.exit_code, Some(0), "{template}: {result:?}");
-        assert!(!result.timed_out, "{template}: {result:?}");
-        assert!(result.stopped >= 1, "{template}: {result:?}");
+        for result in leaves_nothing(template, Duration::from_secs(600)).await {
+            assert_eq!(result.exit_code, Some(0), "{template}: {result:?}");
+            assert!(!result.timed_out, "{template}: {result:?}");
+            assert!(result.stopped >= 1, "{template}: {result:?}");
+        }
     }
 }
 
@@ -122,8 +134,9 @@ async fn daemons_and_double_forks_die_with_the_call() {
         // A new process group without a new session.
         "perl -e 'setpgrp(0,0); exec @ARGV' sleep {s} > /dev/null 2>&1 &",
     ] {
-        let result = leaves_nothing(template, Duration::from_secs(600)).await;
-        assert!(!result.timed_out, "{template}: {result:?}");
+        for result in leaves_nothing(template, Duration::from_secs(600)).await {
+            assert!(!result.timed_out, "{template}: {result:?}");
+        }
     }
 }
 
@@ -147,17 +160,18 @@ async fn a_daemon_without_an_environment_dies_with_the_calls_cgroup() {
     assert!(own.stdout.contains("/cofold-call-"), "{own:?}");
     let template = "env -i setsid sh -c 'sleep {s} < /dev/null > /dev/null 2>&1 &' \
                     < /dev/null > /dev/null 2>&1 &";
-    let result = leaves_nothing(template, Duration::from_secs(600)).await;
+    let result = leaves_nothing_with(template, Duration::from_secs(600), true).await;
     assert_eq!(result.exit_code, Some(0), "{result:?}");
 }
 
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setsid_command_past_its_timeout_is_killed() {
-    let result = leaves_nothing("setsid sleep {s}", Duration::from_secs(1)).await;
-    assert!(result.timed_out, "{result:?}");
-    let result = leaves_nothing("setsid sleep {s} & wait", Duration::from_secs(1)).await;
-    assert!(result.timed_out, "{result:?}");
+    for template in ["setsid sleep {s}", "setsid sleep {s} & wait"] {
+        for result in leaves_nothing(template, Duration::from_secs(1)).await {
+            assert!(result.timed_out, "{template}: {result:?}");
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]

@@ -40,6 +40,7 @@ fn run_args(command: &str, cwd: &Path, timeout: Duration, cap: usize) -> ShellEx
         cancel: None,
         env: ShellEnv::default(),
         base_env: None,
+        cgroup: true,
     }
 }
 
