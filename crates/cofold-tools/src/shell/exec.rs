@@ -153,16 +153,16 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     } else {
         None
     };
-    let gated = group
-        .as_ref()
-        .and_then(|_| gated_program(&args.shell.command, &vars));
-    let mut command = match &gated {
-        Some(program) => {
-            let mut gate = Command::new(GATE_SHELL);
-            gate.args(["-c", GATE_SCRIPT, "cofold-gate"]).arg(program);
-            gate
-        }
-        None => Command::new(&args.shell.command),
+    let gated = group.is_some() && can_gate(&args.shell.command, &vars);
+    let mut command = if gated {
+        // The gate's `exec` finds the shell along the same PATH the direct start would use,
+        // and the shell keeps the name it was given as its `$0`.
+        let mut gate = Command::new(GATE_SHELL);
+        gate.args(["-c", GATE_SCRIPT, "cofold-gate"])
+            .arg(&args.shell.command);
+        gate
+    } else {
+        Command::new(&args.shell.command)
     };
     command
         .args(&args.shell.args)
@@ -171,11 +171,7 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         .env_clear()
         .envs(vars)
         .env(MARKER_VAR, &marker)
-        .stdin(if gated.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(if gated { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -266,24 +262,23 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     })
 }
 
-/// The real shell the gate should `exec`, resolved as the shell itself would be, or `None` to
-/// start it without a gate (no `/bin/sh`, or a shell that cannot be found: starting it directly
-/// then gives the usual error).
+/// Whether the shell can start behind the gate: there is a `/bin/sh`, and the shell program can
+/// be found (else it is started directly, so that failing to start gives the usual error).
 #[cfg(unix)]
-fn gated_program(program: &str, vars: &[(OsString, OsString)]) -> Option<PathBuf> {
+fn can_gate(program: &str, vars: &[(OsString, OsString)]) -> bool {
     if !std::path::Path::new(GATE_SHELL).is_file() {
-        return None;
+        return false;
     }
     let path = vars
         .iter()
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_os_str());
-    resolve_program(program, path)
+    resolve_program(program, path).is_some()
 }
 
 #[cfg(not(unix))]
-fn gated_program(_program: &str, _vars: &[(OsString, OsString)]) -> Option<PathBuf> {
-    None
+fn can_gate(_program: &str, _vars: &[(OsString, OsString)]) -> bool {
+    false
 }
 
 fn exit_parts(status: ExitStatus) -> (Option<i32>, Option<i32>) {

@@ -196,6 +196,11 @@ async fn the_tool_says_a_background_job_was_stopped() {
     // A command that leaves nothing behind gets no such line.
     let text = caps.ok("shell_exec", json!({"command": "echo done"})).await;
     assert_eq!(text, "exit 0\ndone");
+    // Started behind the cgroup gate or not, the shell keeps its name and an empty input.
+    let text = caps
+        .ok("shell_exec", json!({"command": "echo $0; cat; echo end"}))
+        .await;
+    assert_eq!(text, "exit 0\nsh\nend");
 }
 
 fn daemon_env() -> Vec<(OsString, OsString)> {
