@@ -159,6 +159,9 @@ mod linux {
         /// Some child of the daemon (an orphan re-parented to it) showed no environment: it may
         /// be in the middle of an `exec`, when the kernel shows an empty one for a moment.
         unsure: bool,
+        /// The process groups and sessions of the call's marked processes.
+        groups: BTreeSet<i32>,
+        sessions: BTreeSet<i32>,
     }
 
     /// The live processes of the call, found in one scan.
@@ -216,7 +219,12 @@ mod linux {
                 }
             }
             if ours.len() == before {
-                return Scan { ours, unsure };
+                return Scan {
+                    ours,
+                    unsure,
+                    groups,
+                    sessions,
+                };
             }
         }
     }
@@ -239,9 +247,14 @@ mod linux {
             killed.extend(group.pids().into_iter().filter(|pid| *pid != me));
             group.kill();
         }
+        // The shell leads its own process group; orphans of the call stay in it.
+        let mut groups: BTreeSet<i32> = shell.into_iter().collect();
+        let mut sessions: BTreeSet<i32> = BTreeSet::new();
         let start = Instant::now();
         while start.elapsed() < PATIENCE {
             let scan = find(&entry, &own, me, group);
+            groups.extend(scan.groups);
+            sessions.extend(scan.sessions);
             let mut found = scan.ours;
             if !shell_alive && let Some(shell) = shell {
                 // Reaped already: the number may be someone else's by now.
@@ -264,7 +277,29 @@ mod linux {
             std::thread::sleep(PAUSE);
         }
         reap(&killed, shell, me);
+        reap_exited(me, shell, &groups, &sessions);
         killed.iter().filter(|pid| Some(**pid) != shell).count()
+    }
+
+    /// Reaps the call's orphans that exited on their own before the stop (a double fork whose
+    /// grandchild already ended): they were re-parented to the daemon, and nothing else waits
+    /// for them. Only zombies in one of the call's process groups or sessions are taken, never
+    /// the shell, so no child the runtime waits for is touched.
+    fn reap_exited(me: i32, shell: Option<i32>, groups: &BTreeSet<i32>, sessions: &BTreeSet<i32>) {
+        for raw in all_pids() {
+            if Some(raw) == shell {
+                continue;
+            }
+            let Some(proc) = stat(raw) else { continue };
+            let of_call = groups.contains(&proc.pgrp) || sessions.contains(&proc.session);
+            if proc.ppid == me
+                && !proc.alive()
+                && of_call
+                && let Some(pid) = Pid::from_raw(raw)
+            {
+                let _ = waitpid(Some(pid), WaitOptions::NOHANG);
+            }
+        }
     }
 
     /// Reaps the killed processes that ended up the daemon's children (re-parented to it as the

@@ -140,6 +140,34 @@ async fn daemons_and_double_forks_die_with_the_call() {
     }
 }
 
+/// An orphan that ended before the call did is reaped, not left a zombie of the daemon (its
+/// subreaper) for ever.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_that_already_ended_is_reaped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for cgroup in [true, false] {
+        let mut run = args(
+            "( sh -c 'echo $$' & ) ; sleep 0.3",
+            dir.path(),
+            Duration::from_secs(600),
+        );
+        run.cgroup = cgroup;
+        let result = exec_shell(run).await.expect("runs");
+        let pid = result.stdout.trim().to_owned();
+        assert!(!pid.is_empty(), "{result:?}");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} is still there (cgroup {cgroup}): {}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
+        );
+    }
+}
+
 /// A daemon that also empties its environment carries no marker: only the call's cgroup holds
 /// it. Where none can be made this is the documented gap, and the test says so instead.
 #[cfg(target_os = "linux")]
