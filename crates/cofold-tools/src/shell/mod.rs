@@ -8,7 +8,12 @@
 //! call was cancelled or dropped) every live process holding the marker, every process in one of
 //! their process groups or sessions (the daemon's own excepted), and every descendant of those is
 //! killed with `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the
-//! ones re-parented to it. A command that left something running is told so in its result.
+//! ones re-parented to it, and the call's orphans that had already ended. A command that left
+//! something running is told so in its result.
+//!
+//! Being a subreaper is process-wide: an orphan of anything else the daemon starts (not a
+//! command) is re-parented to the daemon too, and if it ends it stays a zombie until the daemon
+//! exits, since only a call's own processes are reaped.
 //!
 //! Where the daemon may create cgroups under its own cgroup v2 (root, or a delegated tree such
 //! as a systemd user service's), each call also gets a group of its own: the shell is moved into
