@@ -162,6 +162,9 @@ mod linux {
         /// The process groups and sessions of the call's marked processes.
         groups: BTreeSet<i32>,
         sessions: BTreeSet<i32>,
+        /// The daemon's children that have ended and wait to be reaped, with their group and
+        /// session.
+        zombies: Vec<(i32, i32, i32)>,
     }
 
     /// The live processes of the call, found in one scan.
@@ -219,11 +222,17 @@ mod linux {
                 }
             }
             if ours.len() == before {
+                let zombies = procs
+                    .iter()
+                    .filter(|(_, proc)| proc.ppid == me && !proc.alive())
+                    .map(|(pid, proc)| (*pid, proc.pgrp, proc.session))
+                    .collect();
                 return Scan {
                     ours,
                     unsure,
                     groups,
                     sessions,
+                    zombies,
                 };
             }
         }
@@ -250,11 +259,13 @@ mod linux {
         // The shell leads its own process group; orphans of the call stay in it.
         let mut groups: BTreeSet<i32> = shell.into_iter().collect();
         let mut sessions: BTreeSet<i32> = BTreeSet::new();
+        let mut zombies = Vec::new();
         let start = Instant::now();
         while start.elapsed() < PATIENCE {
             let scan = find(&entry, &own, me, group);
             groups.extend(scan.groups);
             sessions.extend(scan.sessions);
+            zombies = scan.zombies;
             let mut found = scan.ours;
             if !shell_alive && let Some(shell) = shell {
                 // Reaped already: the number may be someone else's by now.
@@ -277,7 +288,7 @@ mod linux {
             std::thread::sleep(PAUSE);
         }
         reap(&killed, shell, me);
-        reap_exited(me, shell, &groups, &sessions);
+        reap_exited(&zombies, shell, &groups, &sessions);
         killed.iter().filter(|pid| Some(**pid) != shell).count()
     }
 
@@ -285,15 +296,15 @@ mod linux {
     /// grandchild already ended): they were re-parented to the daemon, and nothing else waits
     /// for them. Only zombies in one of the call's process groups or sessions are taken, never
     /// the shell, so no child the runtime waits for is touched.
-    fn reap_exited(me: i32, shell: Option<i32>, groups: &BTreeSet<i32>, sessions: &BTreeSet<i32>) {
-        for raw in all_pids() {
-            if Some(raw) == shell {
-                continue;
-            }
-            let Some(proc) = stat(raw) else { continue };
-            let of_call = groups.contains(&proc.pgrp) || sessions.contains(&proc.session);
-            if proc.ppid == me
-                && !proc.alive()
+    fn reap_exited(
+        zombies: &[(i32, i32, i32)],
+        shell: Option<i32>,
+        groups: &BTreeSet<i32>,
+        sessions: &BTreeSet<i32>,
+    ) {
+        for &(raw, group, session) in zombies {
+            let of_call = groups.contains(&group) || sessions.contains(&session);
+            if Some(raw) != shell
                 && of_call
                 && let Some(pid) = Pid::from_raw(raw)
             {
