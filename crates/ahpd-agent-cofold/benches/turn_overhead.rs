@@ -107,6 +107,7 @@ async fn baseline(setup: &Setup, turns: usize, ep: &Endpoint, dir: &Path) -> Vec
         StandardArgs {
             workspace: dir.to_path_buf(),
             memory_dir,
+            env: None,
         },
     ) {
         builder = builder.capability(capability);

@@ -307,6 +307,9 @@ impl AgentCore {
             StandardArgs {
                 workspace: workspace.to_path_buf(),
                 memory_dir: memory_dir.clone(),
+                // Commands get the agent's environment (the process's, unless an embedder
+                // gave another), filtered by `tools.shell.env`.
+                env: Some(self.env.vars.clone().into_iter().collect()),
             },
         );
         let mut builder = CofoldRuntime::builder("cofold", instructions, adapter)

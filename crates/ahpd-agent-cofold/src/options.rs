@@ -137,7 +137,10 @@ fn loosen_tools(tools: &Value) -> Value {
             let kept = match v {
                 Value::Object(o) => Value::Object(
                     o.iter()
-                        .filter(|(k, _)| key == "files" && k.as_str() == "requireRead")
+                        .filter(|(k, _)| {
+                            (key == "files" && k.as_str() == "requireRead")
+                                || (key == "shell" && k.as_str() == "env")
+                        })
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect(),
                 ),
@@ -321,7 +324,7 @@ fn loose_tools_schema() -> Value {
         "type": "object",
         "properties": {
             "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "requireRead": { "type": "boolean" } } } ] },
-            "shell": { "type": "boolean" },
+            "shell": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "env": { "type": "object" } } } ] },
             "memory": { "type": "boolean" },
             "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "search": { "type": "object" } } } ] }
         }
@@ -342,7 +345,7 @@ pub fn record_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": { "requireRead": { "type": "boolean" } } } ] },
-                    "shell": { "type": "boolean" },
+                    "shell": cofold_tools::standard::tools_schema()["properties"]["shell"].clone(),
                     "memory": { "type": "boolean" },
                     "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": {
                         "search": { "type": "object", "additionalProperties": false, "properties": { "duckduckgo": { "type": "boolean" } } }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use cofold_tools::shell::{ShellExecArgs, ShellSpec, exec_shell};
+use cofold_tools::shell::{ShellEnv, ShellExecArgs, ShellSpec, exec_shell};
 
 const CAP_CHARS: usize = 65_536;
 const SLACK_BYTES: u64 = 16 << 20;
@@ -133,6 +133,9 @@ fn args(command: &str, cwd: &std::path::Path) -> ShellExecArgs {
         timeout: Duration::from_secs(600),
         max_output_chars: CAP_CHARS,
         cancel: None,
+        env: ShellEnv::default(),
+        base_env: None,
+        cgroup: true,
     }
 }
 

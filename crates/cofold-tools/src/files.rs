@@ -5,7 +5,7 @@
 //! was checked, and an existing file is changed only after the session has read it as it is now.
 
 mod list;
-mod open;
+pub(crate) mod open;
 mod read;
 mod record;
 mod search;
@@ -31,7 +31,7 @@ pub use record::ReadRecord;
 #[doc(hidden)]
 pub type BeforeOpen = dyn Fn(&Path) + Send + Sync;
 
-use crate::paths::{absolute_of, display_path, normalize};
+use crate::paths::{absolute_of, display_path, normalize, real_path, resolve_within};
 
 /// Options of the files capability. `Default` gives the documented defaults.
 #[derive(Clone)]
@@ -45,6 +45,9 @@ pub struct FilesOptions {
     pub require_read: bool,
     /// The read-before-write record; `None` uses the process-wide [`ReadRecord::global`].
     pub read_record: Option<Arc<ReadRecord>>,
+    /// How long one list_files or search_files walk may take before it stops and says so
+    /// (default 30 s).
+    pub walk_limit: std::time::Duration,
     /// Test seam: called with the real path after the write checks and right before the first
     /// open of the file or its parent folder.
     #[doc(hidden)]
@@ -57,6 +60,7 @@ impl Default for FilesOptions {
             max_lines: 2000,
             max_matches: 200,
             require_read: true,
+            walk_limit: std::time::Duration::from_secs(30),
             read_record: None,
             before_open: None,
         }
@@ -69,6 +73,7 @@ impl fmt::Debug for FilesOptions {
             .field("max_lines", &self.max_lines)
             .field("max_matches", &self.max_matches)
             .field("require_read", &self.require_read)
+            .field("walk_limit", &self.walk_limit)
             .field("read_record", &self.read_record.is_some())
             .finish_non_exhaustive()
     }
@@ -152,9 +157,12 @@ impl Run {
         normalize(&self.workspace.join(path))
     }
 
-    /// The subject of a path tool: the shown form of its lexical path (S4).
+    /// The subject of a path tool: where the path lands on disk now (links followed, dangling
+    /// ones too), shown from the workspace's own real path. Rules match what is touched, not how
+    /// it is spelled: with `lib -> src`, `lib/a.rs` is the subject `src/a.rs`.
     fn shown(&self, path: &str) -> String {
-        display_path(&self.workspace, &self.absolute(path))
+        let resolved = resolve_within(&self.workspace, Path::new(path));
+        display_path(&real_path(&self.workspace), &resolved.real)
     }
 }
 
@@ -347,7 +355,7 @@ struct ListInput {
 fn list_files_def(run: &Arc<Run>) -> ToolDef {
     let input = schema(
         json!({
-            "pattern": {"type": "string", "description": "A glob; ** crosses folders"},
+            "pattern": {"type": "string", "description": "A glob relative to cwd, which it cannot leave (no .., /, ~); ** crosses folders"},
             "cwd": {"type": "string", "description": "Folder the pattern is relative to; default the workspace"},
         }),
         &["pattern"],
@@ -389,7 +397,7 @@ fn search_files_def(run: &Arc<Run>) -> ToolDef {
         json!({
             "pattern": {"type": "string", "description": "A regular expression in Rust regex syntax (no look-around, no back-references)"},
             "path": {"type": "string", "description": "File or folder to search; default the workspace"},
-            "glob": {"type": "string", "description": "Only files matching this glob under path, such as **/*.ts"},
+            "glob": {"type": "string", "description": "Only files matching this glob under path, such as **/*.ts; it cannot leave path (no .., /, ~)"},
             "ignoreCase": {"type": "boolean", "description": "Match without regard to case; default false"},
             "limit": {"type": "integer", "minimum": 1, "description": format!("Rows to return; default {max_matches}")},
         }),

@@ -12,7 +12,8 @@ use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, han
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::paths::{absolute_of, display_path, normalize, resolve_within};
+use crate::files::open::{OpenRefusal, Opened, checked_open};
+use crate::paths::{absolute_of, display_path, normalize, real_path, resolve_within};
 
 /// The index file, read when memory_read names no path.
 pub const MEMORY_INDEX: &str = "MEMORY.md";
@@ -68,6 +69,14 @@ enum MemoryRefusal {
     },
     #[error("bad input: {0}")]
     BadInput(String),
+    #[error("name a file inside the memory folder, not the folder itself")]
+    Folder,
+    #[error("{0} would put a file under MEMORY.md, which is the index file, not a folder")]
+    UnderIndex(String),
+    #[error("{0} is a folder, a link or a special file, not a memory file")]
+    NotAFile(String),
+    #[error("{0} changed while it was being written; nothing was written")]
+    Changed(String),
 }
 
 #[derive(Debug)]
@@ -108,12 +117,43 @@ impl Folder {
         }
     }
 
+    /// The real path a write goes to, refused when it would break the folder: the folder itself
+    /// (`.`, an empty path, `a/..`) or a name under `MEMORY.md`, as written or after links.
+    fn writable(&self, path: &str) -> Result<PathBuf, MemoryRefusal> {
+        let resolved = resolve_within(&self.dir, Path::new(path));
+        if !resolved.inside {
+            return Err(MemoryRefusal::Outside(path.to_owned()));
+        }
+        let real_dir = real_path(&self.dir);
+        for (target, dir) in [(&resolved.absolute, &self.dir), (&resolved.real, &real_dir)] {
+            let rest = target.strip_prefix(dir).unwrap_or(target);
+            let mut names = rest.components();
+            match names.next() {
+                None => return Err(MemoryRefusal::Folder),
+                Some(first)
+                    if names.next().is_some()
+                        && first.as_os_str().eq_ignore_ascii_case(MEMORY_INDEX) =>
+                {
+                    return Err(MemoryRefusal::UnderIndex(self.shown(path)));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(resolved.real)
+    }
+
     async fn read(&self, input: Value) -> Result<String, MemoryRefusal> {
         let input: ReadInput =
             serde_json::from_value(input).map_err(|e| MemoryRefusal::BadInput(e.to_string()))?;
         let named = input.path.as_deref();
         let path = named.unwrap_or(MEMORY_INDEX);
         let absolute = self.checked(path)?;
+        // A FIFO or a device would block the read or answer for ever: only regular files.
+        if let Ok(meta) = tokio::fs::metadata(&absolute).await
+            && !meta.is_file()
+        {
+            return Err(MemoryRefusal::NotAFile(self.shown(path)));
+        }
         match tokio::fs::read(&absolute).await {
             Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
             Err(error) if error.kind() == ErrorKind::NotFound => {
@@ -133,19 +173,23 @@ impl Folder {
     async fn write(&self, input: Value) -> Result<String, MemoryRefusal> {
         let input: WriteInput =
             serde_json::from_value(input).map_err(|e| MemoryRefusal::BadInput(e.to_string()))?;
-        let absolute = self.checked(&input.path)?;
-        let shown = self.shown(&input.path);
-        let io = |error| MemoryRefusal::Io {
-            shown: shown.clone(),
-            error,
-        };
-        if let Some(parent) = absolute.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io)?;
-        }
-        tokio::fs::write(&absolute, input.content.as_bytes())
+        let WriteInput { path, content } = input;
+        let real = self.writable(&path)?;
+        let shown = self.shown(&path);
+        let size = content.len();
+        let written = tokio::task::spawn_blocking(move || write_whole(&real, content.as_bytes()))
             .await
-            .map_err(io)?;
-        Ok(format!("wrote {shown} ({} bytes)", input.content.len()))
+            .unwrap_or_else(|stopped| Err(OpenRefusal::Io(std::io::Error::other(stopped))));
+        match written {
+            Ok(()) => {}
+            Err(OpenRefusal::Changed) => return Err(MemoryRefusal::Changed(shown)),
+            Err(OpenRefusal::Folder | OpenRefusal::NotRegular) => {
+                return Err(MemoryRefusal::NotAFile(shown));
+            }
+            Err(OpenRefusal::Missing) => return Err(MemoryRefusal::NoFile(shown)),
+            Err(OpenRefusal::Io(error)) => return Err(MemoryRefusal::Io { shown, error }),
+        }
+        Ok(format!("wrote {shown} ({size} bytes)"))
     }
 
     /// The index part of the instructions: `MEMORY.md`'s first lines, or that it is empty.
@@ -171,6 +215,17 @@ impl Folder {
         }
         Ok(index)
     }
+}
+
+/// Writes `bytes` as the whole file at `real` through the checked open: no link is followed on
+/// the way, so the file written is inside the folder that was checked.
+fn write_whole(real: &Path, bytes: &[u8]) -> Result<(), OpenRefusal> {
+    use std::io::{Seek, SeekFrom, Write};
+    let (Opened::Existing(mut file) | Opened::Created(mut file)) = checked_open(real, true, None)?;
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.write_all(bytes))
+        .and_then(|()| file.set_len(bytes.len() as u64))
+        .map_err(OpenRefusal::Io)
 }
 
 #[async_trait]

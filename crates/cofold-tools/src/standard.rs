@@ -2,6 +2,7 @@
 //! `tools_schema()`) turned into capabilities, in the order files, shell, web, memory
 //! (tools.md §5).
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::files::{FilesOptions, files};
 use crate::memory::{MemoryOptions, memory};
 use crate::search::{BraveOptions, DuckDuckGoOptions, TavilyOptions, brave, duckduckgo, tavily};
-use crate::shell::{ShellOptions, shell};
+use crate::shell::{ShellEnv, ShellOptions, shell};
 use crate::web::{WebOptions, web};
 
 /// The `tools` section of a program's configuration. An absent key is on; `{}` (the default) is
@@ -22,8 +23,8 @@ use crate::web::{WebOptions, web};
 pub struct ToolsConfig {
     /// `files`: `true`/`false`, or `{ "requireRead": bool }`.
     pub files: Option<FilesConfig>,
-    /// `shell`: on or off.
-    pub shell: Option<bool>,
+    /// `shell`: `true`/`false`, or `{ "env": { "inherit", "exclude", "set" } }`.
+    pub shell: Option<ShellConfig>,
     /// `web`: `true`/`false`, or `{ "search": { … } }`.
     pub web: Option<WebConfig>,
     /// `memory`: on or off; on only matters when the program gives a memory folder.
@@ -39,6 +40,18 @@ pub enum FilesConfig {
     Options {
         /// Whether write_file and edit_file refuse a file the session has not read.
         require_read: Option<bool>,
+    },
+}
+
+/// The `shell` key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShellConfig {
+    /// `true` or `false`.
+    Enabled(bool),
+    /// `{ "env": { … } }`: on, with the commands' environment configured.
+    Options {
+        /// Which of the daemon's variables commands see; absent keeps the default filter.
+        env: ShellEnv,
     },
 }
 
@@ -100,7 +113,7 @@ impl ToolsConfig {
         for (key, value) in map {
             match key.as_str() {
                 "files" => config.files = Some(files_config(value)?),
-                "shell" => config.shell = Some(boolean(value, "tools.shell")?),
+                "shell" => config.shell = Some(shell_config(value)?),
                 "web" => config.web = Some(web_config(value)?),
                 "memory" => config.memory = Some(boolean(value, "tools.memory")?),
                 other => {
@@ -170,6 +183,80 @@ fn files_config(value: &Value) -> Result<FilesConfig, ToolsConfigError> {
         }
     }
     Ok(FilesConfig::Options { require_read })
+}
+
+fn shell_config(value: &Value) -> Result<ShellConfig, ToolsConfigError> {
+    if let Some(on) = value.as_bool() {
+        return Ok(ShellConfig::Enabled(on));
+    }
+    let Some(map) = value.as_object() else {
+        return Err(ToolsConfigError(format!(
+            "tools.shell must be true, false or an object, not {}",
+            kind(value)
+        )));
+    };
+    let mut env = ShellEnv::default();
+    for (key, value) in map {
+        match key.as_str() {
+            "env" => env = shell_env(value)?,
+            other => return Err(unknown(other, "tools.shell", "env")),
+        }
+    }
+    Ok(ShellConfig::Options { env })
+}
+
+fn shell_env(value: &Value) -> Result<ShellEnv, ToolsConfigError> {
+    let map = object(value, "tools.shell.env")?;
+    let mut env = ShellEnv::default();
+    for (key, value) in map {
+        match key.as_str() {
+            "inherit" => env.inherit = names(value, "tools.shell.env.inherit")?,
+            "exclude" => env.exclude = names(value, "tools.shell.env.exclude")?,
+            "set" => {
+                for (name, value) in object(value, "tools.shell.env.set")? {
+                    let Some(text) = value.as_str() else {
+                        // The value may be a secret: only its kind is named.
+                        return Err(ToolsConfigError(format!(
+                            "tools.shell.env.set.{name} must be a string, not {}",
+                            kind(value)
+                        )));
+                    };
+                    if !valid_name(name) {
+                        return Err(ToolsConfigError(format!(
+                            "tools.shell.env.set: \"{name}\" is not a variable name (it must be \
+                             non-empty, without = or NUL)"
+                        )));
+                    }
+                    env.set.insert(name.clone(), text.to_owned());
+                }
+            }
+            other => return Err(unknown(other, "tools.shell.env", "inherit, exclude, set")),
+        }
+    }
+    Ok(env)
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
+fn names(value: &Value, key: &str) -> Result<Vec<String>, ToolsConfigError> {
+    let Some(items) = value.as_array() else {
+        return Err(ToolsConfigError(format!(
+            "{key} must be an array of name globs, not {}",
+            kind(value)
+        )));
+    };
+    items
+        .iter()
+        .map(|item| match item.as_str() {
+            Some(text) if !text.is_empty() => Ok(text.to_owned()),
+            _ => Err(ToolsConfigError(format!(
+                "{key} must hold non-empty strings, not {}",
+                kind(item)
+            ))),
+        })
+        .collect()
 }
 
 fn web_config(value: &Value) -> Result<WebConfig, ToolsConfigError> {
@@ -252,6 +339,8 @@ pub struct StandardArgs {
     pub workspace: PathBuf,
     /// The memory folder; without one there is no memory capability.
     pub memory_dir: Option<PathBuf>,
+    /// The environment commands' variables are filtered from; `None` is the process's own.
+    pub env: Option<Vec<(String, String)>>,
 }
 
 /// The capabilities a `tools` section asks for, in the order files, shell, web, memory.
@@ -267,8 +356,24 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
             ..FilesOptions::default()
         }))),
     }
-    if config.shell != Some(false) {
-        out.push(Arc::new(shell(ShellOptions::default())));
+    let base_env = args.env.map(|vars| {
+        Arc::new(
+            vars.into_iter()
+                .map(|(name, value)| (OsString::from(name), OsString::from(value)))
+                .collect(),
+        )
+    });
+    let env = match &config.shell {
+        Some(ShellConfig::Enabled(false)) => None,
+        None | Some(ShellConfig::Enabled(true)) => Some(ShellEnv::default()),
+        Some(ShellConfig::Options { env }) => Some(env.clone()),
+    };
+    if let Some(env) = env {
+        out.push(Arc::new(shell(ShellOptions {
+            env,
+            base_env,
+            ..ShellOptions::default()
+        })));
     }
     match &config.web {
         Some(WebConfig::Enabled(false)) => {}
@@ -318,6 +423,7 @@ pub fn tools_schema() -> Value {
         "required": ["apiKey"],
         "properties": {"apiKey": {"type": "string", "minLength": 1}},
     });
+    let names = json!({"type": "array", "items": {"type": "string", "minLength": 1}});
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -327,7 +433,18 @@ pub fn tools_schema() -> Value {
                 {"type": "object", "additionalProperties": false,
                  "properties": {"requireRead": {"type": "boolean"}}},
             ]},
-            "shell": {"type": "boolean"},
+            "shell": {"anyOf": [
+                {"type": "boolean"},
+                {"type": "object", "additionalProperties": false, "properties": {"env": {
+                    "type": "object", "additionalProperties": false, "properties": {
+                        "inherit": names.clone(),
+                        "exclude": names,
+                        // String values and sane names are checked by `ToolsConfig`: the schema
+                        // dialect has no schema-valued additionalProperties.
+                        "set": {"type": "object"},
+                    },
+                }}},
+            ]},
             "web": {"anyOf": [
                 {"type": "boolean"},
                 {"type": "object", "additionalProperties": false, "properties": {"search": {

@@ -3,17 +3,25 @@
 //! A pattern is cut at `/` into segments and matched name by name, so the dot rule (a wildcard
 //! never matches a leading `.`) and folder pruning fall out of the same small automaton: a folder
 //! is entered only when some continuation of the pattern could still match below it.
+//!
+//! A glob is confined by construction to the folder it applies to: one that is absolute, starts
+//! with `~`, has a `..` name, or whose leading names lead through a link out of that folder is
+//! refused before anything is read ([`GlobError::Outside`]), and the walk never follows a link.
+//! Reaching another folder is done by naming it as the folder (`cwd`, `path`), which the
+//! permission modes judge. A walk has a time limit and says when it stopped on it.
 
 use std::ffi::OsStr;
 use std::fs::FileType;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 
-use crate::paths::normalize;
+use crate::paths::{normalize, real_path};
 
 /// Names neither listed nor entered unless the pattern's text contains them.
 const SKIPPED: [&str; 2] = ["node_modules", ".git"];
@@ -26,6 +34,37 @@ type States = u128;
 
 /// Segments a pattern may have after its leading literal names.
 const MAX_SEGMENTS: usize = 127;
+
+/// Why a glob was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GlobError {
+    /// The glob compiler's one-line reason.
+    Invalid(String),
+    /// The glob could reach outside the folder it applies to; the text says how.
+    Outside(&'static str),
+}
+
+/// How a pattern would leave the folder it applies to, judged before the walk: `None` when it
+/// stays inside. The leading literal names are resolved (links followed, dangling ones too).
+fn escape(base: &Path, pieces: &[String], start: &Path) -> Option<&'static str> {
+    let first = pieces.first().map(String::as_str).unwrap_or("");
+    if first.is_empty() && pieces.len() > 1 {
+        return Some("is absolute");
+    }
+    if cfg!(windows) && (first.contains(':') || first.contains('\\')) {
+        return Some("is absolute");
+    }
+    if first.starts_with('~') {
+        return Some("starts with ~, which is not expanded");
+    }
+    if pieces.iter().any(|piece| piece == "..") {
+        return Some("climbs out with ..");
+    }
+    if !real_path(start).starts_with(real_path(base)) {
+        return Some("leads through a link out of the folder");
+    }
+    None
+}
 
 /// A compiled glob, anchored at the folder the walk starts from.
 #[derive(Clone)]
@@ -65,10 +104,11 @@ impl Segment {
 }
 
 impl Glob {
-    /// Compiles `pattern` relative to `base` (absolute). The error is the glob compiler's
-    /// one-line reason.
-    pub(crate) fn new(base: &Path, pattern: &str) -> Result<Glob, String> {
-        builder(pattern).build().map_err(|e| e.kind().to_string())?;
+    /// Compiles `pattern` relative to `base` (absolute), refusing one that could reach outside
+    /// `base` (see the module's documentation).
+    pub(crate) fn new(base: &Path, pattern: &str) -> Result<Glob, GlobError> {
+        let invalid = |e: globset::Error| GlobError::Invalid(e.kind().to_string());
+        builder(pattern).build().map_err(invalid)?;
         let pieces = split(pattern);
         let literal_lead = pieces[..pieces.len().saturating_sub(1)]
             .iter()
@@ -84,6 +124,9 @@ impl Glob {
             }
         }
         let start = normalize(&start);
+        if let Some(how) = escape(base, &pieces, &start) {
+            return Err(GlobError::Outside(how));
+        }
         let mut segments = Vec::new();
         for piece in &pieces[literal_lead..] {
             let segment = match piece.as_str() {
@@ -94,10 +137,7 @@ impl Glob {
                     Segment::Literal(text.to_owned())
                 }
                 text => Segment::Glob {
-                    matcher: builder(text)
-                        .build()
-                        .map_err(|e| e.kind().to_string())?
-                        .compile_matcher(),
+                    matcher: builder(text).build().map_err(invalid)?.compile_matcher(),
                     dotted: text.starts_with('.'),
                 },
             };
@@ -109,9 +149,9 @@ impl Glob {
             segments.push(segment);
         }
         if segments.len() > MAX_SEGMENTS {
-            return Err(format!(
+            return Err(GlobError::Invalid(format!(
                 "more than {MAX_SEGMENTS} names after its literal start"
-            ));
+            )));
         }
         let allowed = SKIPPED.map(|name| pattern.contains(name));
         Ok(Glob {
@@ -241,15 +281,27 @@ pub(crate) trait Visit: Send {
     fn entry(&mut self, path: &Path, file_type: FileType) -> bool;
 }
 
+/// What a walk gives back: one `V` per walker thread, and whether the time limit stopped it.
+pub(crate) struct Walked<V> {
+    /// The visitors, each holding what it kept.
+    pub(crate) visits: Vec<V>,
+    /// The time limit passed before the walk was done, so the visitors saw part of the tree.
+    pub(crate) stopped: bool,
+}
+
 /// Walks the glob's start in parallel with one `V` per thread, and returns them all.
 ///
 /// Ignore files are honoured as ripgrep honours them; links are entries, never followed; a
-/// cancelled token stops the walk.
+/// cancelled token stops the walk, and so does `limit` passing (said in [`Walked::stopped`]).
 pub(crate) fn walk<V: Visit>(
     glob: &Glob,
     cancel: &CancellationToken,
+    limit: Duration,
     make: impl Fn() -> V + Sync,
-) -> Vec<V> {
+) -> Walked<V> {
+    // A limit too far away to add is no limit.
+    let deadline = Instant::now().checked_add(limit);
+    let stopped = AtomicBool::new(false);
     let filter = Arc::clone(&glob.inner);
     let mut walker = WalkBuilder::new(&glob.inner.start);
     walker
@@ -265,16 +317,23 @@ pub(crate) fn walk<V: Visit>(
     let mut builder = Builder {
         glob,
         cancel,
+        deadline,
+        stopped: &stopped,
         make: &make,
         done: &done,
     };
     walker.build_parallel().visit(&mut builder);
-    done.into_inner().unwrap_or_else(|e| e.into_inner())
+    Walked {
+        visits: done.into_inner().unwrap_or_else(|e| e.into_inner()),
+        stopped: stopped.into_inner(),
+    }
 }
 
 struct Builder<'s, V, M> {
     glob: &'s Glob,
     cancel: &'s CancellationToken,
+    deadline: Option<Instant>,
+    stopped: &'s AtomicBool,
     make: &'s M,
     done: &'s Mutex<Vec<V>>,
 }
@@ -284,6 +343,8 @@ impl<'s, V: Visit + 's, M: Fn() -> V + Sync> ParallelVisitorBuilder<'s> for Buil
         Box::new(Visitor {
             glob: self.glob,
             cancel: self.cancel,
+            deadline: self.deadline,
+            stopped: self.stopped,
             visit: Some((self.make)()),
             done: self.done,
         })
@@ -293,6 +354,8 @@ impl<'s, V: Visit + 's, M: Fn() -> V + Sync> ParallelVisitorBuilder<'s> for Buil
 struct Visitor<'s, V: Visit> {
     glob: &'s Glob,
     cancel: &'s CancellationToken,
+    deadline: Option<Instant>,
+    stopped: &'s AtomicBool,
     visit: Option<V>,
     done: &'s Mutex<Vec<V>>,
 }
@@ -300,6 +363,13 @@ struct Visitor<'s, V: Visit> {
 impl<V: Visit> ParallelVisitor for Visitor<'_, V> {
     fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
         if self.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            self.stopped.store(true, Ordering::Relaxed);
             return WalkState::Quit;
         }
         // Entries that cannot be read are skipped silently.
@@ -342,13 +412,17 @@ impl<V: Visit> Drop for Visitor<'_, V> {
 /// sorted, with `true` for real folders. Benchmarks use it to compare the full set with ripgrep's.
 #[doc(hidden)]
 pub fn matching_entries(base: &Path, pattern: &str) -> Result<Vec<(PathBuf, bool)>, String> {
-    let glob = Glob::new(base, pattern)?;
+    let glob = Glob::new(base, pattern).map_err(|error| match error {
+        GlobError::Invalid(reason) => reason,
+        GlobError::Outside(how) => how.to_owned(),
+    })?;
     let found = walk(
         &glob,
         &CancellationToken::new(),
+        Duration::MAX,
         Vec::<(PathBuf, bool)>::new,
     );
-    Ok(found.into_iter().flatten().collect())
+    Ok(found.visits.into_iter().flatten().collect())
 }
 
 #[cfg(test)]
@@ -363,8 +437,24 @@ mod tests {
     fn leading_literal_names_move_the_start() {
         assert_eq!(glob("src/**/*.ts").start(), Path::new("/w/src"));
         assert_eq!(glob("README.md").start(), Path::new("/w"));
-        assert_eq!(glob("../x/*.md").start(), Path::new("/x"));
-        assert_eq!(glob("/etc/*.conf").start(), Path::new("/etc"));
+        assert_eq!(glob("./a/./*.md").start(), Path::new("/w/a"));
+    }
+
+    #[test]
+    fn globs_that_could_leave_the_folder_are_refused() {
+        let outside = |pattern: &str| match Glob::new(Path::new("/w"), pattern) {
+            Err(GlobError::Outside(how)) => how,
+            Err(GlobError::Invalid(reason)) => panic!("{pattern}: invalid, {reason}"),
+            Ok(_) => panic!("{pattern} was accepted"),
+        };
+        assert_eq!(outside("../x/*.md"), "climbs out with ..");
+        assert_eq!(outside("src/../../x/*"), "climbs out with ..");
+        assert_eq!(outside("*/../*"), "climbs out with ..");
+        assert_eq!(outside("/etc/*.conf"), "is absolute");
+        assert_eq!(outside("/"), "is absolute");
+        assert_eq!(outside("~/.ssh/*"), "starts with ~, which is not expanded");
+        assert!(Glob::new(Path::new("/w"), "a~/*").is_ok());
+        assert!(Glob::new(Path::new("/w"), "..hidden/*").is_ok());
     }
 
     #[test]
@@ -398,7 +488,7 @@ mod tests {
 
     #[test]
     fn bad_globs_give_the_compilers_reason() {
-        let Err(error) = Glob::new(Path::new("/w"), "a[") else {
+        let Err(GlobError::Invalid(error)) = Glob::new(Path::new("/w"), "a[") else {
             panic!("an unclosed class compiled");
         };
         assert!(error.contains("unclosed"), "{error}");

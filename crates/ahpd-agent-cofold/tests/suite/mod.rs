@@ -6,6 +6,7 @@ mod history;
 mod host_tools;
 mod models;
 mod options;
+mod outside_paths;
 mod reopen;
 mod support;
 mod tools;

@@ -165,6 +165,11 @@ fn string_field<'v>(input: &'v Value, key: &str) -> Option<&'v str> {
 impl ModePolicy {
     /// The rule the stricter modes share: ask before a write, a destructive call or a network
     /// call, and before a read whose target (`path`, else `cwd`) is outside the workspace.
+    ///
+    /// `inside` is the host's: the engine's resolves links, dangling ones too, so the target is
+    /// judged by where it lands, not how it is spelled. Glob inputs (`glob`, `pattern`) are not
+    /// judged here; the standard tools confine a glob to the folder it applies to and refuse
+    /// one that could leave it, so the folder is all there is to judge.
     fn ask_on_effects(&self, tool: &Tool, input: &Value) -> Decision {
         let effects = tool.effects();
         if effects.writes || effects.destructive || effects.network {

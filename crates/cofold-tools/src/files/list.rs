@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Refusal, Run};
 use crate::paths::{display_path, resolve_within};
-use crate::walk::{Glob, Visit, walk};
+use crate::walk::{Glob, GlobError, Visit, walk};
 
 /// Entries returned at most; the trailer says when the cap was reached.
 pub(crate) const MAX_ENTRIES: usize = 1000;
@@ -20,15 +20,19 @@ pub(crate) fn list_files(
     cancel: &CancellationToken,
 ) -> Result<String, Refusal> {
     let base = resolve_within(&run.workspace, Path::new(cwd.unwrap_or("."))).absolute;
-    let glob =
-        Glob::new(&base, pattern).map_err(|r| Refusal(format!("invalid glob {pattern}: {r}")))?;
-    let found = walk(&glob, cancel, Vec::new);
-    let mut entries: Vec<(PathBuf, bool)> = found.into_iter().flatten().collect();
+    let glob = Glob::new(&base, pattern).map_err(|error| glob_refusal(pattern, &error, "cwd"))?;
+    let found = walk(&glob, cancel, run.options.walk_limit, Vec::new);
+    let stopped = found.stopped;
+    let mut entries: Vec<(PathBuf, bool)> = found.visits.into_iter().flatten().collect();
     if entries.is_empty() {
-        return Ok(format!(
+        let mut out = format!(
             "no files match {pattern} under {}",
             display_path(&run.workspace, &base)
-        ));
+        );
+        if stopped {
+            out.push_str(&stopped_note(run));
+        }
+        return Ok(out);
     }
     let capped = entries.len() >= MAX_ENTRIES;
     if entries.len() > MAX_ENTRIES {
@@ -49,7 +53,33 @@ pub(crate) fn list_files(
     if capped {
         out.push_str(&format!("\n[{MAX_ENTRIES} entries; narrow the pattern]"));
     }
+    if stopped {
+        out.push_str(&stopped_note(run));
+    }
     Ok(out)
+}
+
+/// The refusal of a glob: the compiler's reason, or how it would leave the folder and what to
+/// give instead (`folder` is the input naming the folder: `cwd` or `path`).
+pub(crate) fn glob_refusal(pattern: &str, error: &GlobError, folder: &str) -> Refusal {
+    Refusal(match error {
+        GlobError::Invalid(reason) => format!("invalid glob {pattern}: {reason}"),
+        GlobError::Outside(how) => format!(
+            "the glob {pattern} {how}; a glob stays inside the folder it applies to, so give \
+             another folder as {folder} (a folder outside the workspace may need approval)"
+        ),
+    })
+}
+
+/// The trailer of a walk the time limit stopped.
+pub(crate) fn stopped_note(run: &Run) -> String {
+    format!(
+        "\n[stopped after {} s, the time limit of a walk: the results are partial; narrow the \
+         folder or the pattern]",
+        crate::shell::seconds(
+            u64::try_from(run.options.walk_limit.as_millis()).unwrap_or(u64::MAX)
+        )
+    )
 }
 
 /// The entry relative to the base when under it; display_path's rule otherwise.

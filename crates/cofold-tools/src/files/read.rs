@@ -26,6 +26,14 @@ pub(crate) fn read_file(
 ) -> Result<String, Refusal> {
     let resolved = resolve_within(&run.workspace, path.as_ref());
     let shown = display_path(&run.workspace, &resolved.absolute);
+    // Judged before the open: opening a device can itself do something (a tape rewinds, a
+    // terminal becomes the controlling one), and a FIFO would wait for a writer.
+    if let Ok(meta) = std::fs::metadata(&resolved.absolute)
+        && !meta.is_file()
+        && !meta.is_dir()
+    {
+        return Err(not_regular(&shown));
+    }
     let mut file = open_for_reading(&resolved.absolute).map_err(|error| {
         if matches!(
             error.kind(),
@@ -41,7 +49,7 @@ pub(crate) fn read_file(
         return Err(Refusal(format!("{shown} is a folder; use list_files")));
     }
     if !meta.is_file() {
-        return Err(Refusal(format!("{shown} is not a regular file")));
+        return Err(not_regular(&shown));
     }
     // From here on every outcome counts as a read (§8 c).
     run.record
@@ -64,8 +72,12 @@ pub(crate) fn read_file(
     Ok(render(&rows, from, total))
 }
 
+fn not_regular(shown: &str) -> Refusal {
+    Refusal(format!("{shown} is not a regular file"))
+}
+
 /// Opens without blocking on a FIFO; the flag changes nothing for regular files.
-fn open_for_reading(path: &std::path::Path) -> io::Result<File> {
+pub(crate) fn open_for_reading(path: &std::path::Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]

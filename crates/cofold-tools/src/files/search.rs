@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::fs::{File, FileType};
+use std::fs::FileType;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +14,9 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use tokio_util::sync::CancellationToken;
 
+use super::list::{glob_refusal, stopped_note};
 use super::read::BINARY_PROBE;
+use super::read::open_for_reading;
 use super::{Refusal, Run};
 use crate::paths::{display_path, resolve_within};
 use crate::walk::{Glob, Visit, walk};
@@ -43,8 +45,15 @@ pub(crate) fn search_files(
     let matcher = compile(pattern, input.ignore_case)
         .map_err(|reason| Refusal(format!("invalid regular expression /{pattern}/: {reason}")))?;
     let root = resolve_within(&run.workspace, Path::new(input.path.unwrap_or("."))).absolute;
+    let shown_root = display_path(&run.workspace, &root);
     let meta =
         std::fs::metadata(&root).map_err(|_| Refusal(format!("nothing at {}", root.display())))?;
+    if !meta.is_dir() && !meta.is_file() {
+        // A FIFO would block the search for ever and a device could answer for ever.
+        return Err(Refusal(format!(
+            "{shown_root} is not a regular file or a folder"
+        )));
+    }
     let limit = input
         .limit
         .unwrap_or(run.options.max_matches as u64)
@@ -52,22 +61,23 @@ pub(crate) fn search_files(
         .try_into()
         .unwrap_or(usize::MAX);
     let make = || Searching::new(&matcher, limit);
-    let found = if meta.is_dir() {
+    let (found, stopped) = if meta.is_dir() {
         let text = input.glob.unwrap_or("**/*");
-        let glob =
-            Glob::new(&root, text).map_err(|r| Refusal(format!("invalid glob {text}: {r}")))?;
-        walk(&glob, cancel, make)
+        let glob = Glob::new(&root, text).map_err(|error| glob_refusal(text, &error, "path"))?;
+        let walked = walk(&glob, cancel, run.options.walk_limit, make);
+        (walked.visits, walked.stopped)
     } else {
         let mut one = make();
         one.search_file(&root);
-        vec![one]
+        (vec![one], false)
     };
     let mut rows: Vec<Row> = found.into_iter().flat_map(|s| s.heap.into_vec()).collect();
     if rows.is_empty() {
-        return Ok(format!(
-            "no matches for /{pattern}/ under {}",
-            display_path(&run.workspace, &root)
-        ));
+        let mut out = format!("no matches for /{pattern}/ under {shown_root}");
+        if stopped {
+            out.push_str(&stopped_note(run));
+        }
+        return Ok(out);
     }
     rows.sort_unstable();
     let capped = rows.len() >= limit;
@@ -90,6 +100,9 @@ pub(crate) fn search_files(
     }
     if capped {
         out.push_str(&format!("\n[{limit} rows; narrow with path or glob]"));
+    }
+    if stopped {
+        out.push_str(&stopped_note(run));
     }
     Ok(out)
 }
@@ -188,7 +201,9 @@ impl Searching {
 
     /// Reads the file into the buffer; false when it is too large or binary.
     fn load(&mut self, path: &Path) -> io::Result<bool> {
-        let mut file = File::open(path)?;
+        // Opened without blocking: a FIFO put in a file's place since the walk saw it is then
+        // refused by the check below instead of hanging the search.
+        let mut file = open_for_reading(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
             return Ok(false);

@@ -9,13 +9,14 @@ use super::open::{OpenRefusal, Opened, checked_open};
 use super::read::BINARY_PROBE;
 use super::record::{Seen, Stamp};
 use super::{Refusal, Run};
-use crate::paths::{display_path, resolve_within};
+use crate::paths::{ResolvedPath, display_path, resolve_within};
 
 /// Runs write_file for one call.
 pub(crate) fn write_file(run: &Run, path: &str, content: &str) -> Result<String, Refusal> {
     // Resolved again here, never reusing the resolution the permission decision saw (S6).
     let resolved = resolve_within(&run.workspace, path.as_ref());
     let shown = display_path(&run.workspace, &resolved.absolute);
+    stays_inside(run, &resolved, &shown)?;
     let opened = checked_open(&resolved.real, true, run.options.before_open.as_deref())
         .map_err(|r| refusal_of(r, &shown))?;
     let (mut file, verb, bytes) = match opened {
@@ -46,6 +47,7 @@ pub(crate) fn edit_file(
 ) -> Result<String, Refusal> {
     let resolved = resolve_within(&run.workspace, path.as_ref());
     let shown = display_path(&run.workspace, &resolved.absolute);
+    stays_inside(run, &resolved, &shown)?;
     let opened = checked_open(&resolved.real, false, run.options.before_open.as_deref())
         .map_err(|r| refusal_of(r, &shown))?;
     let (Opened::Existing(mut file) | Opened::Created(mut file)) = opened;
@@ -93,6 +95,19 @@ pub(crate) fn edit_file(
     } else {
         format!("edited {shown}: {count} replacements")
     })
+}
+
+/// A write spelled inside the workspace lands inside it: a path whose links now lead out (one
+/// swapped in after the permission decision, or one that always did) is refused here, and the
+/// checked open then goes to exactly the real path judged, refusing any link that appears
+/// meanwhile. Writing outside stays possible by naming the outside path, which the modes judge.
+fn stays_inside(run: &Run, resolved: &ResolvedPath, shown: &str) -> Result<(), Refusal> {
+    if resolved.inside || !resolved.absolute.starts_with(&run.workspace) {
+        return Ok(());
+    }
+    Err(Refusal(format!(
+        "{shown} leads out of the workspace through a link; nothing was written"
+    )))
 }
 
 fn refusal_of(refusal: OpenRefusal, shown: &str) -> Refusal {

@@ -1,18 +1,28 @@
-//! The process runner behind `shell_exec`: one command, its own process group, capped output.
+//! The process runner behind `shell_exec`: one command, its own process group and marker,
+//! a filtered environment, capped output, and nothing left running when the call ends.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+
+#[cfg(unix)]
+use super::cgroup::resolve_program;
+use super::cgroup::{CallGroup, GATE_SCRIPT, GATE_SHELL};
+use super::contain::{MARKER_VAR, become_subreaper, new_marker, stop_call};
+use super::env::ShellEnv;
 
 /// The marker appended to a stream that was cut.
 pub const TRUNCATED_MARKER: &str = "\n[output truncated]";
 
-/// How long the runner keeps waiting for the pipes after it killed the process tree. A
-/// descendant that escaped the group may hold them open for ever; we return what we have.
+/// How long the runner keeps waiting for the pipes after the shell exited or was killed and the
+/// call's processes were stopped. A descendant that escaped may hold them open for ever; we
+/// return what we have.
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(1);
 
 /// Read size for the output pipes.
@@ -84,6 +94,13 @@ pub struct ShellExecArgs {
     pub max_output_chars: usize,
     /// Cancels the run (and kills the process tree) when it fires.
     pub cancel: Option<CancellationToken>,
+    /// Which of the daemon's environment variables the command sees.
+    pub env: ShellEnv,
+    /// The variables `env` filters; `None` is the daemon's own environment at the call.
+    pub base_env: Option<Vec<(OsString, OsString)>>,
+    /// Run the command in a cgroup of its own where one can be made (`shell_exec` always
+    /// does); without, the marker scan alone finds its processes.
+    pub cgroup: bool,
 }
 
 /// What one run produced.
@@ -103,14 +120,19 @@ pub struct ShellResult {
     pub aborted: bool,
     /// At least one stream was cut.
     pub truncated: bool,
+    /// Processes the command left running when the shell exited (background jobs, daemons),
+    /// which the runner then killed.
+    pub stopped: usize,
 }
 
 /// Runs one command through the shell in its own process group, with a time limit,
-/// cancellation and per-stream character caps.
+/// cancellation, per-stream character caps and the environment `env` allows.
 ///
-/// Returns `Err` only when the shell cannot be started. On timeout or cancellation the whole
-/// process group is killed (grandchildren too), and the output gathered so far is kept. Dropping
-/// the returned future while the command runs kills the group as well.
+/// Returns `Err` only when the shell cannot be started. On timeout or cancellation every process
+/// of the call is killed (grandchildren, `setsid` and daemonized ones too; see the `contain`
+/// module for how they are found and its limits), and the output gathered so far is kept. When
+/// the shell exits, whatever it left running is killed and counted in [`ShellResult::stopped`].
+/// Dropping the returned future while the command runs kills the call's processes as well.
 pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     let cancel = args.cancel.unwrap_or_default();
     if cancel.is_cancelled() {
@@ -120,12 +142,36 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         });
     }
 
-    let mut command = Command::new(&args.shell.command);
+    become_subreaper();
+    let marker = new_marker();
+    let vars = match args.base_env {
+        Some(vars) => args.env.apply(vars),
+        None => args.env.apply(std::env::vars_os()),
+    };
+    let group = if args.cgroup {
+        CallGroup::create(&marker).map(Arc::new)
+    } else {
+        None
+    };
+    let gated = group.is_some() && can_gate(&args.shell.command, &vars);
+    let mut command = if gated {
+        // The gate's `exec` finds the shell along the same PATH the direct start would use,
+        // and the shell keeps the name it was given as its `$0`.
+        let mut gate = Command::new(GATE_SHELL);
+        gate.args(["-c", GATE_SCRIPT, "cofold-gate"])
+            .arg(&args.shell.command);
+        gate
+    } else {
+        Command::new(&args.shell.command)
+    };
     command
         .args(&args.shell.args)
         .arg(&args.command)
         .current_dir(&args.cwd)
-        .stdin(Stdio::null())
+        .env_clear()
+        .envs(vars)
+        .env(MARKER_VAR, &marker)
+        .stdin(if gated { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -135,7 +181,14 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     command.creation_flags(0x0800_0000); // CREATE_NO_WINDOW
 
     let mut child = command.spawn()?;
-    let mut guard = TreeGuard::new(child.id());
+    if let (Some(group), Some(pid)) = (&group, child.id()) {
+        group.adopt(pid);
+    }
+    if let Some(mut gate) = child.stdin.take() {
+        // In the group now: let the shell through. A gate that died has nothing to open.
+        let _ = gate.write_all(b"\n").await;
+    }
+    let mut guard = TreeGuard::new(child.id(), marker, group);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
@@ -144,6 +197,7 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
     let mut status: Option<ExitStatus> = None;
     let mut timed_out = false;
     let mut aborted = false;
+    let stopped;
     {
         let out_reader = drain(stdout, &mut out);
         let err_reader = drain(stderr, &mut err);
@@ -152,10 +206,10 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         let deadline = tokio::time::sleep(args.timeout);
         tokio::pin!(deadline);
 
-        // Phase one: wait for the child and both pipes, the deadline or the cancel.
-        while status.is_none() || !out_done || !err_done {
+        // Phase one: read both pipes until the shell exits, the deadline or the cancel.
+        while status.is_none() {
             tokio::select! {
-                waited = child.wait(), if status.is_none() => {
+                waited = child.wait() => {
                     // Reaped: from here on the pid may be reused, so never signal it alone.
                     // (A failed wait means there is no child left to wait for.)
                     guard.child_reaped();
@@ -168,25 +222,26 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
             }
         }
 
-        if timed_out || aborted {
-            guard.kill_tree();
-            // Phase two: a bounded drain, so output written before the kill is kept.
-            let settle = async {
-                while status.is_none() || !out_done || !err_done {
-                    tokio::select! {
-                        waited = child.wait(), if status.is_none() => {
-                            guard.child_reaped();
-                            status = Some(waited.unwrap_or_default());
-                        }
-                        () = &mut out_reader, if !out_done => out_done = true,
-                        () = &mut err_reader, if !err_done => err_done = true,
+        // Whatever is still running belongs to the call and ends with it: background jobs after
+        // a normal exit, everything after a timeout or a cancel.
+        stopped = guard.stop().await;
+
+        // Phase two: a bounded drain, so output written before the stop is kept.
+        let settle = async {
+            while status.is_none() || !out_done || !err_done {
+                tokio::select! {
+                    waited = child.wait(), if status.is_none() => {
+                        guard.child_reaped();
+                        status = Some(waited.unwrap_or_default());
                     }
+                    () = &mut out_reader, if !out_done => out_done = true,
+                    () = &mut err_reader, if !err_done => err_done = true,
                 }
-            };
-            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, settle).await;
-        }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_AFTER_KILL, settle).await;
     }
-    // The run is over one way or another; a normal exit leaves the group alone.
+    // The call's processes were stopped above; nothing is left for the guard to do.
     guard.disarm();
 
     let (exit_code, signal) = if timed_out || aborted {
@@ -203,7 +258,27 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         timed_out,
         aborted,
         truncated,
+        stopped: if timed_out || aborted { 0 } else { stopped },
     })
+}
+
+/// Whether the shell can start behind the gate: there is a `/bin/sh`, and the shell program can
+/// be found (else it is started directly, so that failing to start gives the usual error).
+#[cfg(unix)]
+fn can_gate(program: &str, vars: &[(OsString, OsString)]) -> bool {
+    if !std::path::Path::new(GATE_SHELL).is_file() {
+        return false;
+    }
+    let path = vars
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.as_os_str());
+    resolve_program(program, path).is_some()
+}
+
+#[cfg(not(unix))]
+fn can_gate(_program: &str, _vars: &[(OsString, OsString)]) -> bool {
+    false
 }
 
 fn exit_parts(status: ExitStatus) -> (Option<i32>, Option<i32>) {
@@ -322,18 +397,21 @@ impl CappedText {
     }
 }
 
-/// Kills the command's process tree when the run times out, is cancelled, or is dropped
-/// before the command finished.
+/// Stops the call's processes when the run ends, and when it is dropped before it ended.
 struct TreeGuard {
     pid: Option<u32>,
+    marker: String,
+    group: Option<Arc<CallGroup>>,
     child_alive: bool,
     armed: bool,
 }
 
 impl TreeGuard {
-    fn new(pid: Option<u32>) -> Self {
+    fn new(pid: Option<u32>, marker: String, group: Option<Arc<CallGroup>>) -> Self {
         Self {
             pid,
+            marker,
+            group,
             child_alive: true,
             armed: true,
         }
@@ -347,16 +425,34 @@ impl TreeGuard {
         self.armed = false;
     }
 
-    fn kill_tree(&mut self) {
-        let Some(pid) = self.pid else { return };
-        kill_tree(pid, self.child_alive);
+    /// Kills every process of the call (the shell too while it runs) off the async threads, and
+    /// says how many besides the shell there were.
+    async fn stop(&mut self) -> usize {
+        let (marker, pid, alive) = (self.marker.clone(), self.pid, self.child_alive);
+        let group = self.group.clone();
+        let stopping = move || stop_call(&marker, pid, alive, group.as_deref());
+        match tokio::task::spawn_blocking(stopping).await {
+            Ok(count) => count,
+            // The blocking pool is gone (the runtime is shutting down): stop them here.
+            Err(_) => stop_call(
+                &self.marker,
+                self.pid,
+                self.child_alive,
+                self.group.as_deref(),
+            ),
+        }
     }
 }
 
 impl Drop for TreeGuard {
     fn drop(&mut self) {
         if self.armed {
-            self.kill_tree();
+            stop_call(
+                &self.marker,
+                self.pid,
+                self.child_alive,
+                self.group.as_deref(),
+            );
         }
     }
 }
@@ -364,7 +460,7 @@ impl Drop for TreeGuard {
 /// Sends SIGKILL to the whole group led by `pid`; falls back to the child alone, but only
 /// while it has not been reaped (a reaped pid may already belong to someone else).
 #[cfg(unix)]
-fn kill_tree(pid: u32, child_alive: bool) {
+pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
     use rustix::process::{Pid, Signal, kill_process, kill_process_group};
     let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return;
@@ -376,7 +472,7 @@ fn kill_tree(pid: u32, child_alive: bool) {
 
 /// `taskkill /T /F` ends the tree; the child alone is the fallback.
 #[cfg(windows)]
-fn kill_tree(pid: u32, child_alive: bool) {
+pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
     let ended = std::process::Command::new("taskkill")
         .args(["/pid", &pid.to_string(), "/T", "/F"])
         .stdin(Stdio::null())

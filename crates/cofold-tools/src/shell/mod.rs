@@ -1,8 +1,42 @@
 //! The shell capability: `shell_exec`, one command through the platform shell in the run's
 //! workspace (tools.md §3.7), and `exec_shell`, the runner on its own.
+//!
+//! A command cannot outlive its call. Each one carries a marker of its own in its environment
+//! ([`MARKER_VAR`]), which children inherit through `fork`, `setsid`, `setpgid`, `nohup` and a
+//! daemon's double fork. The daemon makes itself a child subreaper (Linux), so orphans come back
+//! to it rather than to init. When the call ends (the shell exited, the time limit passed, the
+//! call was cancelled or dropped) every live process holding the marker, every process in one of
+//! their process groups or sessions (the daemon's own excepted), and every descendant of those is
+//! killed with `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the
+//! ones re-parented to it, and the call's orphans that had already ended. A command that left
+//! something running is told so in its result.
+//!
+//! Being a subreaper is process-wide: an orphan of anything else the daemon starts (not a
+//! command) is re-parented to the daemon too, and if it ends it stays a zombie until the daemon
+//! exits, since only a call's own processes are reaped.
+//!
+//! Where the daemon may create cgroups under its own cgroup v2 (root, or a delegated tree such
+//! as a systemd user service's), each call also gets a group of its own: the shell is moved into
+//! it as soon as it starts, everything it starts stays there, and the stop kills the group
+//! (`cgroup.kill`) besides what the scan finds. [`commands_get_a_cgroup`] says which applies.
+//!
+//! Limits without a cgroup: a process that empties its environment, starts a session of its own
+//! and whose parents have all exited before the scan is not recognised. With one: a child the
+//! shell forks in the instant before it is moved stays outside the group (the marker still
+//! finds it), and a command running as root can move itself out. Either way another user's
+//! processes (after a setuid program) can be neither read nor killed, and the scans give up
+//! after 5 s on a tree that forks faster than they kill. On other Unix systems the command's
+//! process group is killed, on Windows its process tree.
+//!
+//! The environment is the daemon's minus the variables [`DEFAULT_EXCLUDE`] matches, as
+//! [`ShellEnv`] configures (`tools.shell.env`).
 
+mod cgroup;
+mod contain;
+mod env;
 mod exec;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +49,14 @@ use cofold_agents::tool::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub use contain::MARKER_VAR;
+
+/// Whether each command runs in a cgroup v2 of its own on this machine (the daemon may create
+/// groups under its own); without one, the marker scan alone finds a call's processes.
+pub fn commands_get_a_cgroup() -> bool {
+    cgroup::available()
+}
+pub use env::{DEFAULT_EXCLUDE, ShellEnv};
 pub use exec::{ShellExecArgs, ShellResult, ShellSpec, TRUNCATED_MARKER, exec_shell};
 
 use crate::paths::{absolute_of, display_path, normalize, resolve_within};
@@ -36,6 +78,11 @@ pub struct ShellOptions {
     pub max_output_chars: usize,
     /// The shell; `None` is [`ShellSpec::platform_default`].
     pub shell: Option<ShellSpec>,
+    /// Which of the daemon's environment variables commands see (default: all but those
+    /// [`DEFAULT_EXCLUDE`] matches).
+    pub env: ShellEnv,
+    /// The variables `env` filters; `None` is the daemon's own environment at each call.
+    pub base_env: Option<Arc<Vec<(OsString, OsString)>>>,
 }
 
 impl Default for ShellOptions {
@@ -45,6 +92,8 @@ impl Default for ShellOptions {
             max_timeout_ms: 600_000,
             max_output_chars: 65_536,
             shell: None,
+            env: ShellEnv::default(),
+            base_env: None,
         }
     }
 }
@@ -95,7 +144,8 @@ impl Capability for ShellCapability {
              terminal session: a cd or a variable does not survive to the next call, so steps \
              that depend on each other go into one command.\n\
              Interactive or never-ending commands run until the timeout, so pass flags that make \
-             them finish, and do not start servers or watchers."
+             them finish, and do not start servers or watchers: whatever a command leaves running \
+             (a background job, a daemon) is stopped when its call ends."
         )))
     }
 }
@@ -203,6 +253,9 @@ impl Run {
             timeout: Duration::from_millis(timeout_ms),
             max_output_chars: options.max_output_chars,
             cancel: Some(ctx.signal.token().clone()),
+            env: options.env.clone(),
+            base_env: options.base_env.as_ref().map(|vars| vars.to_vec()),
+            cgroup: true,
         })
         .await
         .map_err(|error| {
@@ -235,6 +288,18 @@ pub(crate) fn render(result: &ShellResult, timeout_ms: u64) -> String {
     let stderr = result.stderr.trim_end();
     if !stderr.is_empty() {
         parts.push(format!("--- stderr ---\n{stderr}"));
+    }
+    match result.stopped {
+        0 => {}
+        1 => parts.push(
+            "[1 process the command left running (a background job) was stopped: nothing \
+             outlives its call]"
+                .to_owned(),
+        ),
+        n => parts.push(format!(
+            "[{n} processes the command left running (background jobs) were stopped: nothing \
+             outlives its call]"
+        )),
     }
     parts.join("\n")
 }

@@ -48,7 +48,7 @@ pub enum WebFetchError {
     NotHttp(String),
     /// The host is, or resolves to, an internal address.
     #[error(
-        "{url} is an internal address ({address}); web_fetch does not reach loopback, private or link-local hosts"
+        "{url} is an internal address ({address}); web_fetch does not reach loopback, private, link-local or other special-purpose addresses"
     )]
     Internal {
         /// The hop's URL, serialised.

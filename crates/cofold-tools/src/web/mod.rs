@@ -27,6 +27,10 @@ use crate::search::SearchProvider;
 use crate::shell::seconds;
 use fetch::Fetcher;
 
+/// The most body bytes one web_fetch call keeps, whatever `maxBytes` or the options say (4 MiB):
+/// a page is read into memory and handed to the model whole, so the cap bounds both.
+pub const MAX_FETCH_BYTES: usize = 4 * 1024 * 1024;
+
 /// Options of the web capability. `Default` gives the documented defaults.
 #[derive(Clone)]
 pub struct WebOptions {
@@ -34,7 +38,8 @@ pub struct WebOptions {
     pub search: Vec<Arc<dyn SearchProvider>>,
     /// Time limit of one web_fetch call, and of one provider's answer (default 20 000 ms).
     pub timeout_ms: u64,
-    /// Bytes of body web_fetch keeps when a call gives no `maxBytes` (default 262 144).
+    /// Bytes of body web_fetch keeps when a call gives no `maxBytes` (default 262 144; at most
+    /// [`MAX_FETCH_BYTES`]).
     pub max_bytes: usize,
     /// The transport; `None` is [`ReqwestFetch`].
     pub fetch: Option<Arc<dyn Fetch>>,
@@ -94,7 +99,7 @@ pub fn web(options: WebOptions) -> WebCapability {
             lookup: options.lookup.unwrap_or_else(|| Arc::new(SystemLookup)),
             timeout_ms: options.timeout_ms,
         },
-        max_bytes: options.max_bytes,
+        max_bytes: options.max_bytes.min(MAX_FETCH_BYTES),
         search: Arc::new(options.search),
     }
 }
@@ -121,7 +126,8 @@ impl Capability for WebCapability {
     async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
         let fetch_line = "web_fetch reads one page as plain text from a complete URL \
             (https://…); fetch the pages that answer the question and cite them by URL. Internal \
-            addresses (localhost, loopback, private and link-local networks) are refused, \
+            and special-purpose addresses (localhost, loopback, private, shared and link-local \
+            networks, NAT64 prefixes) are refused, \
             redirects included, so retrying them is pointless.";
         Ok(Some(if self.search.is_empty() {
             fetch_line.to_owned()
@@ -146,9 +152,9 @@ impl WebCapability {
         let description = format!(
             "GET one http or https URL and return the page as text. HTML is reduced to its text; \
              JSON and other text types come back as they are; other types are refused. The body \
-             is cut at {} bytes unless maxBytes says otherwise, and the call gives up after {} s. \
-             Internal addresses are refused: loopback, private and link-local hosts, redirects \
-             included.",
+             is cut at {} bytes unless maxBytes says otherwise ({MAX_FETCH_BYTES} at most), and the \
+             call gives up after {} s. Internal addresses are refused: loopback, private, shared, \
+             link-local, NAT64 and the other special-purpose ranges, redirects included.",
             self.max_bytes,
             seconds(self.fetcher.timeout_ms),
         );
@@ -156,7 +162,7 @@ impl WebCapability {
             "type": "object",
             "properties": {
                 "url": {"type": "string", "description": "Complete http or https URL"},
-                "maxBytes": {"type": "integer", "minimum": 1024, "description": format!("Bytes of body to keep; default {}", self.max_bytes)},
+                "maxBytes": {"type": "integer", "minimum": 1024, "maximum": MAX_FETCH_BYTES, "description": format!("Bytes of body to keep; default {}, at most {MAX_FETCH_BYTES}", self.max_bytes)},
             },
             "required": ["url"],
             "additionalProperties": false,
@@ -172,7 +178,9 @@ impl WebCapability {
                 async move {
                     let input: FetchInput = serde_json::from_value(input)
                         .map_err(|e| ToolError::failed(format!("bad input: {e}")))?;
-                    let cap = input.max_bytes.unwrap_or(default_cap);
+                    // The schema already says the maximum; a caller that skipped validation
+                    // still gets no more.
+                    let cap = input.max_bytes.unwrap_or(default_cap).min(MAX_FETCH_BYTES);
                     fetcher
                         .fetch_page(&input.url, cap, ctx.signal.token())
                         .await

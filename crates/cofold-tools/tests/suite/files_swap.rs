@@ -122,8 +122,7 @@ async fn a_link_planted_at_a_new_name_is_not_followed() {
 #[tokio::test]
 async fn a_dangling_link_creates_its_target_and_stays_a_link() {
     let ws = Ws::f();
-    let outside = Ws::empty();
-    symlink(outside.path("deep/new.txt"), ws.path("dl")).expect("link");
+    symlink(ws.path("deep/new.txt"), ws.path("dl")).expect("link");
     let files = Files::f(&ws, "s").await;
     assert_eq!(
         files
@@ -131,7 +130,7 @@ async fn a_dangling_link_creates_its_target_and_stays_a_link() {
             .await,
         "created dl (4 bytes)"
     );
-    assert_eq!(outside.read("deep/new.txt"), "made");
+    assert_eq!(ws.read("deep/new.txt"), "made");
     assert!(
         ws.path("dl")
             .symlink_metadata()
@@ -142,10 +141,24 @@ async fn a_dangling_link_creates_its_target_and_stays_a_link() {
 }
 
 #[tokio::test]
-async fn a_dangling_links_target_taken_in_between_is_not_overwritten() {
+async fn a_dangling_link_out_of_the_workspace_creates_nothing() {
     let ws = Ws::f();
     let outside = Ws::empty();
-    let taken = outside.path("taken.txt");
+    symlink(outside.path("deep/new.txt"), ws.path("dl")).expect("link");
+    let files = Files::f(&ws, "s").await;
+    assert_eq!(
+        files
+            .refused("write_file", json!({"path": "dl", "content": "made"}))
+            .await,
+        "dl leads out of the workspace through a link; nothing was written"
+    );
+    assert!(!outside.path("deep").exists());
+}
+
+#[tokio::test]
+async fn a_dangling_links_target_taken_in_between_is_not_overwritten() {
+    let ws = Ws::f();
+    let taken = ws.path("taken.txt");
     symlink(&taken, ws.path("dl-taken")).expect("link");
     let files = Files::new(
         &ws.root,
@@ -161,7 +174,7 @@ async fn a_dangling_links_target_taken_in_between_is_not_overwritten() {
             .await,
         "dl-taken changed after it was checked; nothing was written"
     );
-    assert_eq!(outside.read("taken.txt"), "theirs");
+    assert_eq!(ws.read("taken.txt"), "theirs");
 }
 
 #[tokio::test]

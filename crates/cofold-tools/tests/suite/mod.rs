@@ -1,3 +1,4 @@
+mod contain;
 mod files_decl;
 mod files_edits;
 mod files_fixture;
@@ -7,11 +8,13 @@ mod files_record;
 mod files_search;
 mod files_swap;
 mod memory;
+mod outside;
 mod paths;
 mod search;
 mod search_providers;
 mod shell;
 mod standard;
+mod tool_inputs;
 mod tools_driver;
 mod web;
 mod web_fakes;

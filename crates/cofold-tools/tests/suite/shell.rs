@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cofold_tools::shell::{ShellExecArgs, ShellOptions, ShellResult, ShellSpec, exec_shell, shell};
+use cofold_tools::shell::{
+    ShellEnv, ShellExecArgs, ShellOptions, ShellResult, ShellSpec, exec_shell, shell,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +38,9 @@ fn run_args(command: &str, cwd: &Path, timeout: Duration, cap: usize) -> ShellEx
         timeout,
         max_output_chars: cap,
         cancel: None,
+        env: ShellEnv::default(),
+        base_env: None,
+        cgroup: true,
     }
 }
 

@@ -23,6 +23,7 @@ fn build(value: Value, memory_dir: Option<&Path>) -> Vec<Arc<dyn Capability>> {
         StandardArgs {
             workspace: PathBuf::from("/srv/ws"),
             memory_dir: memory_dir.map(Path::to_path_buf),
+            env: None,
         },
     )
 }
@@ -131,6 +132,7 @@ async fn require_read_can_be_turned_off() {
     let args = || StandardArgs {
         workspace: ws.clone(),
         memory_dir: None,
+        env: None,
     };
 
     let off = standard_capabilities(&config(json!({"files": {"requireRead": false}})), args());
@@ -181,6 +183,9 @@ fn schema() -> Schema {
 const ACCEPTED: &[&str] = &[
     r#"{}"#,
     r#"{"files":false,"shell":true,"memory":false}"#,
+    r#"{"shell":{}}"#,
+    r#"{"shell":{"env":{}}}"#,
+    r#"{"shell":{"env":{"inherit":["NPM_*"],"exclude":["HOME"],"set":{"CI":"1"}}}}"#,
     r#"{"files":true}"#,
     r#"{"files":{}}"#,
     r#"{"files":{"requireRead":false}}"#,
@@ -200,6 +205,11 @@ const REFUSED: &[&str] = &[
     r#"{"files":{"requireRead":1}}"#,
     r#"{"files":{"other":true}}"#,
     r#"{"memory":"yes"}"#,
+    r#"{"shell":"yes"}"#,
+    r#"{"shell":{"other":true}}"#,
+    r#"{"shell":{"env":{"keep":[]}}}"#,
+    r#"{"shell":{"env":{"inherit":"NPM_*"}}}"#,
+    r#"{"shell":{"env":{"exclude":[""]}}}"#,
     r#"{"unknown":true}"#,
     r#"{"web":{"search":{"brave":{}}}}"#,
 ];

@@ -35,7 +35,7 @@ async fn tools_instructions_and_description() {
             .contains("internal addresses are refused"),
         "{description}"
     );
-    assert!(description.contains("Internal addresses are refused"));
+    assert!(description.contains("special-purpose") && description.contains("4194304 at most"));
     assert!(
         description.contains("262144 bytes") && description.contains("20 s"),
         "{description}"

@@ -26,6 +26,16 @@ async fn internal_addresses_are_refused_before_any_request() {
         "http://[fd00::1]/",
         "http://[fe80::1]/",
         "http://172.20.0.1/",
+        "http://100.64.0.1/",
+        "http://100.127.255.254/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[64:ff9b::8.8.8.8]/",
+        "http://198.18.0.1/",
+        "http://192.0.0.8/",
+        "http://240.0.0.1/",
+        "http://[2001:db8::1]/",
+        "http://[2002:a00:1::1]/",
+        "http://[::127.0.0.1]/",
     ] {
         f.web.route(url, page(200, Some("text/plain"), "secret"));
         let refusal = f.fetch(url).await.expect_err("refused");
@@ -36,7 +46,7 @@ async fn internal_addresses_are_refused_before_any_request() {
     }
     assert_eq!(
         f.fetch("http://2130706433/").await.expect_err("refused"),
-        "http://127.0.0.1/ is an internal address (127.0.0.1); web_fetch does not reach loopback, private or link-local hosts"
+        "http://127.0.0.1/ is an internal address (127.0.0.1); web_fetch does not reach loopback, private, link-local or other special-purpose addresses"
     );
     assert!(
         f.fetch("http://[::ffff:192.168.1.1]/")
@@ -49,7 +59,7 @@ async fn internal_addresses_are_refused_before_any_request() {
         f.fetch("http://intranet.example/")
             .await
             .expect_err("refused"),
-        "http://intranet.example/ is an internal address (10.0.0.5); web_fetch does not reach loopback, private or link-local hosts"
+        "http://intranet.example/ is an internal address (10.0.0.5); web_fetch does not reach loopback, private, link-local or other special-purpose addresses"
     );
     // One internal address among public ones is enough.
     f.lookup
@@ -72,8 +82,8 @@ async fn neighbours_of_the_refused_ranges_are_fetched() {
     let f = fixture().await;
     for url in [
         "http://172.32.0.1/",
-        "http://100.64.0.1/",
-        "http://[64:ff9b::1]/",
+        "http://100.128.0.1/",
+        "http://[64:ff9b:2::1]/",
     ] {
         f.web.route(url, page(200, Some("text/plain"), "secret"));
         let text = f.fetch(url).await.expect("fetched");
