@@ -15,6 +15,7 @@ pub mod host_tools;
 pub mod models;
 pub mod options;
 pub mod plugin;
+mod schema_wording;
 pub mod session;
 mod transcript;
 mod turns;

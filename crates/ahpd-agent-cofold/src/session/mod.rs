@@ -30,6 +30,11 @@ pub const STOP_REASON: &str = "the client stopped the turn";
 pub const CLOSE_REASON: &str = "the session closed";
 /// What the model reads when a person declines a call.
 pub const DECLINED: &str = "The person declined this action";
+/// What the model reads when an approval or question could not be put to anyone.
+pub const UNANSWERED: &str = "No one could answer this request; it was not carried out";
+/// How an approved call whose edited input does not parse is refused (the parser's sentence
+/// follows).
+pub const NOT_JSON: &str = "The edited input is not JSON, so nothing ran";
 
 struct Running {
     handle: Option<RunHandle>,
@@ -116,6 +121,7 @@ impl CofoldSession {
         copapo: Copapo,
         settings: serde_json::Map<String, Value>,
         paused: Option<Paused>,
+        refused_fork: Option<String>,
     ) -> CofoldSession {
         CofoldSession {
             core: Arc::new(Core {
@@ -126,6 +132,7 @@ impl CofoldSession {
                 copapo,
                 state: Mutex::new(State {
                     reopen: paused,
+                    refused_cut: refused_fork,
                     ..State::default()
                 }),
                 settings: Mutex::new(settings),

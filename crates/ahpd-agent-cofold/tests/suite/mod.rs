@@ -2,6 +2,7 @@ mod attachments;
 mod catalogue;
 mod clients;
 mod conversation;
+mod engine_faults;
 mod history;
 mod host_tools;
 mod models;
