@@ -499,6 +499,23 @@ impl Agent for CofoldAgent {
         if let Some(reference) = reference
             && !models.iter().any(|m| m.id == reference)
         {
+            // Unlisted, the model still takes the levels the record declares for it.
+            let declared = core.options.base_url.as_deref().and_then(|base| {
+                crate::models::resolve_connection(
+                    &core.id,
+                    Some(&reference),
+                    Some(base),
+                    &core.copapo,
+                )
+                .ok()
+                .filter(|c| c.provider.is_none() && c.base_url == base)
+                .and_then(|c| core.options.models.get(&c.model_id))
+            });
+            let levels = if core.embedder.adapter.is_none() {
+                thinking_levels(declared, None)
+            } else {
+                Vec::new()
+            };
             models.insert(
                 0,
                 SessionModelInfo {
@@ -510,7 +527,7 @@ impl Agent for CofoldAgent {
                     max_prompt_tokens: None,
                     supports_vision: None,
                     policy_state: None,
-                    config_schema: None,
+                    config_schema: level_schema(&levels),
                     meta: None,
                 },
             );
@@ -551,7 +568,10 @@ impl Agent for CofoldAgent {
 
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
         match self.core.store.delete_session(id).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                transcript::forget(self.core.store.as_ref(), id).await;
+                Ok(())
+            }
             Err(e) if e.code == cofold_agents::error::ErrorCode::NotFound => Ok(()),
             Err(e) => Err(AgentError::Failed(e.message)),
         }

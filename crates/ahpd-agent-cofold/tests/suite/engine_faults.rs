@@ -277,3 +277,81 @@ fn debug_output_names_keys_without_printing_them() {
     assert!(printed.contains("OPENAI_API_KEY"), "{printed}");
     assert!(!printed.contains("sk-secret"), "{printed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_42_the_configured_model_keeps_its_declared_levels_when_unlisted() {
+    let place = Place::new();
+    let ep = testkit::Endpoint::builder()
+        .models_body(json!({ "object": "list", "data": [{ "id": "other" }] }))
+        .start()
+        .expect("endpoint starts");
+    let levels_of = |rows: &[ahp_types::state::SessionModelInfo], id: &str| {
+        let row = rows.iter().find(|m| m.id == id).expect("the row");
+        row.config_schema
+            .as_ref()
+            .map(|s| serde_json::to_value(s).unwrap()["properties"]["thinkingLevel"].clone())
+    };
+    let declared = agent(
+        json!({
+            "baseUrl": ep.base_url(), "model": "cofold/r1", "memory": true,
+            "models": { "r1": { "supportsReasoningEffort": ["low", "high", "xhigh"] } }
+        }),
+        place.embedder(),
+    );
+    let rows = declared.probe().await.models;
+    assert_eq!(rows[0].id, "cofold/r1");
+    let level = levels_of(&rows, "cofold/r1").expect("a thinking-level schema");
+    assert_eq!(level["enum"], json!(["low", "high"]));
+    assert_eq!(level["default"], "low");
+    assert!(levels_of(&rows, "cofold/other").is_none());
+
+    let plain = agent(
+        json!({ "baseUrl": ep.base_url(), "model": "cofold/r2", "memory": true }),
+        place.embedder(),
+    );
+    let rows = plain.probe().await.models;
+    assert!(levels_of(&rows, "cofold/r2").is_none(), "nothing declared, nothing listed");
+}
+
+fn find_file(root: &std::path::Path, name: &str, under: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, name, under) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name)
+            && path.parent().is_some_and(|p| p.ends_with(under))
+        {
+            return Some(path);
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reads_a_kept_title_rather_than_the_messages() {
+    let place = Place::new();
+    let store = place.home.join("store");
+    let ep = endpoint(vec![text("noted")]);
+    let agent = Arc::new(agent(
+        json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let id = fresh_id("titled");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+    w.send("t1", "remember the number 41").await;
+    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert_eq!(agent.list().await[0].title, "remember the number 41");
+    // Damage the messages: a row that read them now could not find its title.
+    let messages = find_file(&store, "messages.jsonl", &id).expect("the messages file");
+    let kept = std::fs::read_to_string(&messages).unwrap();
+    std::fs::write(&messages, format!("{{ damaged\n{kept}")).unwrap();
+    assert!(agent.transcript(&id).await.is_none(), "the messages are unreadable");
+    assert_eq!(agent.list().await[0].title, "remember the number 41");
+    assert_eq!(
+        agent.find(&id).await.expect("found").title,
+        "remember the number 41"
+    );
+}
