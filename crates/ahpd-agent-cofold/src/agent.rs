@@ -443,6 +443,7 @@ impl Agent for CofoldAgent {
                     .api_key
                     .clone()
                     .map(KeySource::Fixed)
+                    .or_else(|| core.embedder.api_key.clone().map(KeySource::Dynamic))
                     .unwrap_or(KeySource::None);
                 endpoints.push((core.id.clone(), base.clone(), key, Vec::new()));
             }
