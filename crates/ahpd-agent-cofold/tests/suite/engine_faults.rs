@@ -416,3 +416,42 @@ async fn a_records_key_is_read_for_each_turn() {
     assert_eq!(requests[0].header("authorization"), Some("Bearer sk-first"));
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-second"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_cancel_without_a_stop_ends_the_turn_instead_of_waiting() {
+    // The host hands back `cancel` for a question nobody will answer without the turn being
+    // stopped; the run is told and the turn goes on to its end.
+    let place = Place::new();
+    let ep = endpoint(vec![
+        call("q1", "ask_user", json!({ "questions": [{ "id": "a", "question": "Which?" }] })),
+        text("went on without an answer"),
+    ]);
+    let agent = Arc::new(agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let mut w = Watch::create(&th, "cofold", &fresh_id("asked"), Some(&place.work), json!({})).await;
+    w.send("t1", "ask me").await;
+    let asked = w
+        .until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+        .await;
+    let request_id = match &asked.action {
+        StateAction::SessionInputNeededSet(s) => match &s.request {
+            ahp_types::state::SessionInputRequest::ChatInput(r) => r.request.id.clone(),
+            other => panic!("a question was expected, got {other:?}"),
+        },
+        _ => unreachable!(),
+    };
+    let cancel: StateAction = serde_json::from_value(json!({
+        "type": "chat/inputCompleted", "requestId": request_id, "response": "cancel"
+    }))
+    .unwrap();
+    w.client.dispatch(w.chat.clone(), cancel).await.expect("dispatch");
+    // Bounded only by the support's patience: a hang fails here.
+    let end = w.end("t1").await;
+    assert!(matches!(end, StateAction::ChatTurnComplete(_)), "{end:?}");
+    let told = request_text(&ep.chat_bodies()[1]);
+    assert!(told.contains("No one could answer"), "{told}");
+    w.assert_mirror(&th).await;
+}
