@@ -418,6 +418,7 @@ impl Agent for CofoldAgent {
             self.core.clone(),
             start.ctx.clone(),
             start.backend_id.clone(),
+            session_id_of(&start.session_uri, &start.backend_id),
             workspace,
             copapo,
             start.settings.clone(),

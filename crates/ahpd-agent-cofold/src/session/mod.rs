@@ -101,6 +101,8 @@ pub(crate) struct Core {
     agent: Arc<AgentCore>,
     ctx: SessionContext,
     backend_id: String,
+    /// The session's id: its chats share one scratch folder under it.
+    session_id: String,
     workspace: PathBuf,
     copapo: Copapo,
     state: Mutex<State>,
@@ -113,10 +115,12 @@ pub struct CofoldSession {
 }
 
 impl CofoldSession {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         agent: Arc<AgentCore>,
         ctx: SessionContext,
         backend_id: String,
+        session_id: String,
         workspace: PathBuf,
         copapo: Copapo,
         settings: serde_json::Map<String, Value>,
@@ -128,6 +132,7 @@ impl CofoldSession {
                 agent,
                 ctx,
                 backend_id,
+                session_id,
                 workspace,
                 copapo,
                 state: Mutex::new(State {
@@ -261,14 +266,14 @@ impl Core {
         });
     }
 
-    /// Where pasted attachments of this session are written.
+    /// Where pasted attachments of this session's chats are written.
     fn attachments_dir(&self) -> PathBuf {
         self.agent
             .env
             .home
             .join(".copilot")
             .join("chats")
-            .join(crate::agent::encode_scratch_segment(&self.backend_id))
+            .join(crate::agent::encode_scratch_segment(&self.session_id))
             .join("attachments")
     }
 
