@@ -365,31 +365,29 @@ impl Agent for CofoldAgent {
         }
         let had_record = stored.is_some();
         let stored_workspace = stored.and_then(|s| s.workspace).map(PathBuf::from);
-        let workspace = match (&stored_workspace, &start.working_directory) {
-            (Some(stored), Some(asked)) if stored != asked => {
-                return Err(AgentError::Refused(format!(
-                    "{id}: this conversation works in {}",
-                    stored.display()
-                )));
-            }
-            (Some(stored), _) => stored.clone(),
-            (None, Some(asked)) => asked.clone(),
-            (None, None) => {
-                // Keyed by the session, so every chat of it (forks too) works in one folder.
-                let scratch = self
-                    .core
-                    .env
-                    .home
-                    .join(".copilot")
-                    .join("chats")
-                    .join(encode_scratch_segment(&session_id_of(
-                        &start.session_uri,
-                        &start.backend_id,
+        let workspace =
+            match (&stored_workspace, &start.working_directory) {
+                (Some(stored), Some(asked)) if stored != asked => {
+                    return Err(AgentError::Refused(format!(
+                        "{id}: this conversation works in {}",
+                        stored.display()
                     )));
-                std::fs::create_dir_all(&scratch).map_err(|e| AgentError::Failed(e.to_string()))?;
-                scratch
-            }
-        };
+                }
+                (Some(stored), _) => stored.clone(),
+                (None, Some(asked)) => asked.clone(),
+                (None, None) => {
+                    // Keyed by the session, so every chat of it (forks too) works in one folder.
+                    let scratch = self.core.env.home.join(".copilot").join("chats").join(
+                        encode_scratch_segment(&session_id_of(
+                            &start.session_uri,
+                            &start.backend_id,
+                        )),
+                    );
+                    std::fs::create_dir_all(&scratch)
+                        .map_err(|e| AgentError::Failed(e.to_string()))?;
+                    scratch
+                }
+            };
         // The conversation exists from the start, so a chat with nothing said yet is listed
         // and has an (empty) transcript. A refused fork is left to fail its first turn.
         if !had_record && refused_fork.is_none() {

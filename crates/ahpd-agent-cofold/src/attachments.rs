@@ -53,7 +53,7 @@ pub(crate) fn input_of(
                     continue;
                 };
                 let lines = text.lines().count().max(1);
-                let body = text.strip_suffix('\n').unwrap_or(&text);
+                let body = text.strip_suffix('\n').unwrap_or(text);
                 parts.push(Part::text(format!(
                     "{} (lines 1-{lines}):\n```\n{body}\n```",
                     a.label

@@ -39,7 +39,12 @@ impl std::fmt::Debug for Copapo {
             .iter()
             .map(|p| {
                 let key = p.api_key.as_ref().map(|_| "<set>");
-                let headers: Vec<&str> = p.headers.iter().flatten().map(|(k, _)| k.as_str()).collect();
+                let headers: Vec<&str> = p
+                    .headers
+                    .iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str())
+                    .collect();
                 (p.id.as_str(), p.base_url.as_str(), key, headers)
             })
             .collect();

@@ -51,10 +51,7 @@ async fn title(store: &dyn Store, record: &SessionRecord) -> Option<String> {
     {
         return Some(title.to_owned());
     }
-    let messages = store
-        .list_messages(&record.session_id, None)
-        .await
-        .ok()?;
+    let messages = store.list_messages(&record.session_id, None).await.ok()?;
     let title = messages
         .iter()
         .find(|m| is_prompt(m))

@@ -93,7 +93,11 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
     let th = host(vec![Arc::new(agent)]).await;
     let id = fresh_id("pasted");
     let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
-    let pasted = place.home.join(".copilot/chats").join(&id).join("attachments");
+    let pasted = place
+        .home
+        .join(".copilot/chats")
+        .join(&id)
+        .join("attachments");
 
     // A binary file is not read as text: a line with its type and size, and the file itself.
     w.send_message(
@@ -107,7 +111,10 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
         ),
     )
     .await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let body = request_text(&ep.chat_bodies()[0]);
     assert!(
         body.contains("blob.bin (application/octet-stream, 4 bytes): binary content, not shown"),
@@ -127,8 +134,14 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
         ),
     )
     .await;
-    assert!(matches!(w.end("t2").await, StateAction::ChatTurnComplete(_)));
-    assert_eq!(std::fs::read(pasted.join("1-shot.png")).unwrap(), [0x89, 0x50, 0x4e]);
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    assert_eq!(
+        std::fs::read(pasted.join("1-shot.png")).unwrap(),
+        [0x89, 0x50, 0x4e]
+    );
     let second = pasted.join("2-shot.png");
     assert_eq!(std::fs::read(&second).unwrap(), [0x89, 0x50, 0x4f]);
     assert!(request_text(&ep.chat_bodies()[1]).contains(&second.display().to_string()));
@@ -146,8 +159,11 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
         )
         .await
         .expect("createChat");
-    let (res, _sub): (ahp_types::commands::SubscribeResult, _) =
-        w.client.subscribe(fork_chat.clone()).await.expect("subscribes");
+    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
+        .client
+        .subscribe(fork_chat.clone())
+        .await
+        .expect("subscribes");
     w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
     w.client
         .dispatch(
@@ -168,10 +184,18 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
                 || matches!(a, StateAction::ChatError(e) if e.turn_id == "f1")
         })
         .await;
-    assert!(matches!(end.action, StateAction::ChatTurnComplete(_)), "{end:?}");
-    assert_eq!(std::fs::read(pasted.join("3-shot.png")).unwrap(), [0x89, 0x50, 0x50]);
+    assert!(
+        matches!(end.action, StateAction::ChatTurnComplete(_)),
+        "{end:?}"
+    );
     assert_eq!(
-        std::fs::read_dir(place.home.join(".copilot/chats")).unwrap().count(),
+        std::fs::read(pasted.join("3-shot.png")).unwrap(),
+        [0x89, 0x50, 0x50]
+    );
+    assert_eq!(
+        std::fs::read_dir(place.home.join(".copilot/chats"))
+            .unwrap()
+            .count(),
         1,
         "one folder for the session"
     );

@@ -53,10 +53,7 @@ fn case_6_tools_files_no_is_refused_as_true_or_false() {
     let schema = options_schema();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     let options = json!({ "tools": { "files": "no" } });
-    let first = validator
-        .iter_errors(&options)
-        .next()
-        .expect("refused");
+    let first = validator.iter_errors(&options).next().expect("refused");
     assert_eq!(first.instance_path().to_string(), "/tools/files");
     assert!(
         matches!(
@@ -90,7 +87,10 @@ async fn case_54_a_created_session_with_nothing_said_is_listed_with_an_empty_tra
     let _w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
     assert_eq!(agent.transcript(&id).await.map(|t| t.len()), Some(0));
     let rows = agent.list().await;
-    assert_eq!(rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
+    assert_eq!(
+        rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        [id.as_str()]
+    );
     assert_eq!(
         rows[0].working_directories,
         agent.find(&id).await.expect("found").working_directories
@@ -138,7 +138,10 @@ async fn case_67_a_fork_point_the_store_lacks_fails_the_first_turn() {
     let id = fresh_id("lost");
     let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
     w.send("t1", "question one").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     // Someone else removes the conversation: the fork point names a message no longer held.
     agent.delete(&id).await.expect("deleted");
     let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
@@ -153,11 +156,17 @@ async fn case_67_a_fork_point_the_store_lacks_fails_the_first_turn() {
         )
         .await
         .expect("the chat is made");
-    let (res, _sub): (ahp_types::commands::SubscribeResult, _) =
-        w.client.subscribe(fork_chat.clone()).await.expect("subscribes");
+    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
+        .client
+        .subscribe(fork_chat.clone())
+        .await
+        .expect("subscribes");
     w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
     w.client
-        .dispatch(fork_chat.clone(), turn_started_with("f1", message("in the fork")))
+        .dispatch(
+            fork_chat.clone(),
+            turn_started_with("f1", message("in the fork")),
+        )
         .await
         .expect("dispatch");
     let end = w.until(|a| ended(a, "f1")).await;
@@ -179,8 +188,16 @@ async fn an_approval_the_host_cannot_place_is_denied_instead_of_waiting() {
     // id, so the first is answered `Cancelled`. Its run is told and its turn ends.
     let place = Place::new();
     let ep = endpoint(vec![
-        call("c1", "write_file", json!({ "path": "a.txt", "content": "a" })),
-        call("c1", "write_file", json!({ "path": "b.txt", "content": "b" })),
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "a" }),
+        ),
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "b.txt", "content": "b" }),
+        ),
         text("could not write a"),
         text("wrote b"),
     ]);
@@ -225,14 +242,21 @@ async fn an_approval_the_host_cannot_place_is_denied_instead_of_waiting() {
         matches!(end.action, StateAction::ChatTurnComplete(_)),
         "{end:?}"
     );
-    assert_eq!(std::fs::read_to_string(place.work.join("b.txt")).unwrap(), "b");
+    assert_eq!(
+        std::fs::read_to_string(place.work.join("b.txt")).unwrap(),
+        "b"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_input_that_is_not_json_is_refused_and_the_original_never_runs() {
     let place = Place::new();
     let ep = endpoint(vec![
-        call("c1", "write_file", json!({ "path": "a.txt", "content": "original" })),
+        call(
+            "c1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "original" }),
+        ),
         text("understood"),
     ]);
     let agent = Arc::new(agent(
@@ -310,7 +334,10 @@ async fn case_42_the_configured_model_keeps_its_declared_levels_when_unlisted() 
         place.embedder(),
     );
     let rows = plain.probe().await.models;
-    assert!(levels_of(&rows, "cofold/r2").is_none(), "nothing declared, nothing listed");
+    assert!(
+        levels_of(&rows, "cofold/r2").is_none(),
+        "nothing declared, nothing listed"
+    );
 }
 
 fn find_file(root: &std::path::Path, name: &str, under: &str) -> Option<std::path::PathBuf> {
@@ -342,13 +369,19 @@ async fn a_listing_reads_a_kept_title_rather_than_the_messages() {
     let id = fresh_id("titled");
     let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
     w.send("t1", "remember the number 41").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     assert_eq!(agent.list().await[0].title, "remember the number 41");
     // Damage the messages: a row that read them now could not find its title.
     let messages = find_file(&store, "messages.jsonl", &id).expect("the messages file");
     let kept = std::fs::read_to_string(&messages).unwrap();
     std::fs::write(&messages, format!("{{ damaged\n{kept}")).unwrap();
-    assert!(agent.transcript(&id).await.is_none(), "the messages are unreadable");
+    assert!(
+        agent.transcript(&id).await.is_none(),
+        "the messages are unreadable"
+    );
     assert_eq!(agent.list().await[0].title, "remember the number 41");
     assert_eq!(
         agent.find(&id).await.expect("found").title,
@@ -406,7 +439,14 @@ async fn a_records_key_is_read_for_each_turn() {
         .agent(&record, &json!({}), vault.clone())
         .expect("an agent");
     let th = host(vec![agent]).await;
-    let mut w = Watch::create(&th, "cofold-keyed", &fresh_id("key"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold-keyed",
+        &fresh_id("key"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "hi").await;
     w.end("t1").await;
     *vault.0.lock().unwrap() = "sk-second".into();
@@ -414,7 +454,10 @@ async fn a_records_key_is_read_for_each_turn() {
     w.end("t2").await;
     let requests = ep.chat_requests();
     assert_eq!(requests[0].header("authorization"), Some("Bearer sk-first"));
-    assert_eq!(requests[1].header("authorization"), Some("Bearer sk-second"));
+    assert_eq!(
+        requests[1].header("authorization"),
+        Some("Bearer sk-second")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,7 +466,11 @@ async fn a_question_answered_cancel_without_a_stop_ends_the_turn_instead_of_wait
     // stopped; the run is told and the turn goes on to its end.
     let place = Place::new();
     let ep = endpoint(vec![
-        call("q1", "ask_user", json!({ "questions": [{ "id": "a", "question": "Which?" }] })),
+        call(
+            "q1",
+            "ask_user",
+            json!({ "questions": [{ "id": "a", "question": "Which?" }] }),
+        ),
         text("went on without an answer"),
     ]);
     let agent = Arc::new(agent(
@@ -431,7 +478,14 @@ async fn a_question_answered_cancel_without_a_stop_ends_the_turn_instead_of_wait
         place.embedder(),
     ));
     let th = host(vec![agent.clone()]).await;
-    let mut w = Watch::create(&th, "cofold", &fresh_id("asked"), Some(&place.work), json!({})).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("asked"),
+        Some(&place.work),
+        json!({}),
+    )
+    .await;
     w.send("t1", "ask me").await;
     let asked = w
         .until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
@@ -447,7 +501,10 @@ async fn a_question_answered_cancel_without_a_stop_ends_the_turn_instead_of_wait
         "type": "chat/inputCompleted", "requestId": request_id, "response": "cancel"
     }))
     .unwrap();
-    w.client.dispatch(w.chat.clone(), cancel).await.expect("dispatch");
+    w.client
+        .dispatch(w.chat.clone(), cancel)
+        .await
+        .expect("dispatch");
     // Bounded only by the support's patience: a hang fails here.
     let end = w.end("t1").await;
     assert!(matches!(end, StateAction::ChatTurnComplete(_)), "{end:?}");
