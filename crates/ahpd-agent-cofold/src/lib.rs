@@ -6,6 +6,7 @@
 
 mod actions;
 pub mod agent;
+mod approval_keys;
 mod asks;
 mod attachments;
 pub mod build;

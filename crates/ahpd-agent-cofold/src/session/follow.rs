@@ -170,8 +170,8 @@ impl Core {
                             reason: Some(DECLINED.to_owned()),
                         },
                         // Nobody can answer (the host could not place the question, or the
-                        // turn ended): the run is told so rather than left waiting. After a
-                        // stop the run is already cancelled and this finds it closed.
+                        // turn ended): the run is told so rather than left waiting. A stop
+                        // cancels the run as well; either way nothing runs.
                         _ => Command::Deny {
                             request_id,
                             reason: Some(UNANSWERED.to_owned()),
@@ -216,7 +216,10 @@ impl Core {
     ) {
         let ctx = self.ctx.clone();
         tokio::spawn(async move {
-            let command = match ctx.ask_approval(request).await {
+            let held = crate::approval_keys::hold(ctx.session_uri(), &request.tool_call_id).await;
+            let outcome = ctx.ask_approval(request).await;
+            drop(held);
+            let command = match outcome {
                 ApprovalOutcome::Approved { edited_input, .. } => {
                     match edited_input.map(|text| serde_json::from_str::<serde_json::Value>(&text))
                     {
@@ -254,8 +257,8 @@ impl Core {
                 }
                 // Nobody can answer: the host could not place the request (another chat's
                 // call of the same id, a turn it no longer shows) or the turn ended. The run
-                // is told rather than left waiting; after a stop or close it is already
-                // cancelled and the command finds it closed.
+                // is told rather than left waiting; a stop or close cancels the run as
+                // well, and whichever arrives first, the call does not run.
                 ApprovalOutcome::Cancelled => {
                     if let Some((edits, call_id)) = &edits {
                         edits.after(call_id);
