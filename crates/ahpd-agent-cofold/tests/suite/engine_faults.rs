@@ -96,6 +96,11 @@ async fn case_54_a_created_session_with_nothing_said_is_listed_with_an_empty_tra
         agent.find(&id).await.expect("found").working_directories
     );
     assert!(agent.transcript("nobody").await.is_none());
+    // Removed from the store by someone else: neither a transcript nor a row.
+    agent.delete(&id).await.expect("deleted");
+    assert!(agent.transcript(&id).await.is_none());
+    assert!(agent.list().await.is_empty());
+    assert!(agent.find(&id).await.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
