@@ -3,6 +3,7 @@ mod catalogue;
 mod clients;
 mod conversation;
 mod engine_faults;
+mod engine_keys;
 mod history;
 mod host_tools;
 mod models;
