@@ -13,7 +13,7 @@ use ahp_types::state::{
 use ahpd_sdk::agent::{AgentDescriptor, AgentError, PastSession, Probe, Refusal, SessionStart};
 use ahpd_sdk::{Agent, Session};
 use cofold_agents::policy::{PermissionMode, mode_description};
-use cofold_agents::store::{MemoryStore, SessionQuery, Store};
+use cofold_agents::store::{MemoryStore, NewSession, SessionQuery, Store};
 use cofold_store_file::{FileStore, FileStoreOptions};
 use serde_json::{Value, json};
 
@@ -194,6 +194,17 @@ pub(crate) fn check_config(agent_id: &str, values: &JsonObject) -> Result<(), Re
     Ok(())
 }
 
+/// The session's id from its URI (`<scheme>:/<id>`), the chat's own id when the URI names
+/// none.
+fn session_id_of(session_uri: &str, backend_id: &str) -> String {
+    session_uri
+        .split_once(':')
+        .map(|(_, rest)| rest.trim_start_matches('/'))
+        .filter(|id| !id.is_empty())
+        .unwrap_or(backend_id)
+        .to_owned()
+}
+
 pub(crate) fn encode_scratch_segment(id: &str) -> String {
     let mut out = String::new();
     for b in id.bytes() {
@@ -331,6 +342,10 @@ impl Agent for CofoldAgent {
             .get_session(&start.backend_id)
             .await
             .map_err(|e| AgentError::Failed(e.message))?;
+        // A fork the store refuses still makes the chat (the host already shows its copied
+        // turns); its first turn fails with the store's sentence instead.
+        let mut refused_fork = None;
+        let mut stored = stored;
         if let Some(source) = &start.fork {
             let Some(through) = source.point.data.as_str() else {
                 return Err(AgentError::Refused(format!(
@@ -338,34 +353,57 @@ impl Agent for CofoldAgent {
                     source.point.turn_id
                 )));
             };
-            self.core
+            match self
+                .core
                 .store
                 .fork(&source.backend_id, through, &start.backend_id)
                 .await
-                .map_err(|e| AgentError::Failed(e.message))?;
+            {
+                Ok(record) => stored = Some(record),
+                Err(e) => refused_fork = Some(format!("{id}: {}", e.message)),
+            }
         }
+        let had_record = stored.is_some();
         let stored_workspace = stored.and_then(|s| s.workspace).map(PathBuf::from);
-        let workspace = match (&stored_workspace, &start.working_directory) {
-            (Some(stored), Some(asked)) if stored != asked => {
-                return Err(AgentError::Refused(format!(
-                    "{id}: this conversation works in {}",
-                    stored.display()
-                )));
+        let workspace =
+            match (&stored_workspace, &start.working_directory) {
+                (Some(stored), Some(asked)) if stored != asked => {
+                    return Err(AgentError::Refused(format!(
+                        "{id}: this conversation works in {}",
+                        stored.display()
+                    )));
+                }
+                (Some(stored), _) => stored.clone(),
+                (None, Some(asked)) => asked.clone(),
+                (None, None) => {
+                    // Keyed by the session, so every chat of it (forks too) works in one folder.
+                    let scratch = self.core.env.home.join(".copilot").join("chats").join(
+                        encode_scratch_segment(&session_id_of(
+                            &start.session_uri,
+                            &start.backend_id,
+                        )),
+                    );
+                    std::fs::create_dir_all(&scratch)
+                        .map_err(|e| AgentError::Failed(e.to_string()))?;
+                    scratch
+                }
+            };
+        // The conversation exists from the start, so a chat with nothing said yet is listed
+        // and has an (empty) transcript. A refused fork is left to fail its first turn.
+        if !had_record && refused_fork.is_none() {
+            let new = NewSession {
+                session_id: start.backend_id.clone(),
+                // The id every turn's runtime is built under (see `build.rs`).
+                agent_id: "cofold".to_owned(),
+                workspace: Some(workspace.to_string_lossy().into_owned()),
+            };
+            match self.core.store.create_session(new).await {
+                Err(e) if e.code != cofold_agents::error::ErrorCode::AlreadyExists => {
+                    return Err(AgentError::Failed(format!("{id}: {}", e.message)));
+                }
+                _ => {}
             }
-            (Some(stored), _) => stored.clone(),
-            (None, Some(asked)) => asked.clone(),
-            (None, None) => {
-                let scratch = self
-                    .core
-                    .env
-                    .home
-                    .join(".copilot")
-                    .join("chats")
-                    .join(encode_scratch_segment(&start.backend_id));
-                std::fs::create_dir_all(&scratch).map_err(|e| AgentError::Failed(e.to_string()))?;
-                scratch
-            }
-        };
+        }
         let copapo = read_copapo(&self.core.env, Some(&workspace));
         // A conversation read back may end in a run that waits on a person (engine.md §4.10).
         let paused = match (&start.resume, &start.fork) {
@@ -378,10 +416,12 @@ impl Agent for CofoldAgent {
             self.core.clone(),
             start.ctx.clone(),
             start.backend_id.clone(),
+            session_id_of(&start.session_uri, &start.backend_id),
             workspace,
             copapo,
             start.settings.clone(),
             paused,
+            refused_fork,
         )))
     }
 
@@ -402,6 +442,7 @@ impl Agent for CofoldAgent {
                     .api_key
                     .clone()
                     .map(KeySource::Fixed)
+                    .or_else(|| core.embedder.api_key.clone().map(KeySource::Dynamic))
                     .unwrap_or(KeySource::None);
                 endpoints.push((core.id.clone(), base.clone(), key, Vec::new()));
             }
@@ -458,6 +499,23 @@ impl Agent for CofoldAgent {
         if let Some(reference) = reference
             && !models.iter().any(|m| m.id == reference)
         {
+            // Unlisted, the model still takes the levels the record declares for it.
+            let declared = core.options.base_url.as_deref().and_then(|base| {
+                crate::models::resolve_connection(
+                    &core.id,
+                    Some(&reference),
+                    Some(base),
+                    &core.copapo,
+                )
+                .ok()
+                .filter(|c| c.provider.is_none() && c.base_url == base)
+                .and_then(|c| core.options.models.get(&c.model_id))
+            });
+            let levels = if core.embedder.adapter.is_none() {
+                thinking_levels(declared, None)
+            } else {
+                Vec::new()
+            };
             models.insert(
                 0,
                 SessionModelInfo {
@@ -469,7 +527,7 @@ impl Agent for CofoldAgent {
                     max_prompt_tokens: None,
                     supports_vision: None,
                     policy_state: None,
-                    config_schema: None,
+                    config_schema: level_schema(&levels),
                     meta: None,
                 },
             );
@@ -510,7 +568,10 @@ impl Agent for CofoldAgent {
 
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
         match self.core.store.delete_session(id).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                transcript::forget(self.core.store.as_ref(), id).await;
+                Ok(())
+            }
             Err(e) if e.code == cofold_agents::error::ErrorCode::NotFound => Ok(()),
             Err(e) => Err(AgentError::Failed(e.message)),
         }

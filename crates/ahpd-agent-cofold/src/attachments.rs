@@ -1,6 +1,7 @@
 //! A message's attachments as model input (engine.md §5.10): images as image parts when the
 //! model takes them (else written to the session's scratch folder), text resources inlined,
-//! files named in one reference block.
+//! binary ones written there too with a line giving their type and size, files named in one
+//! reference block.
 
 use std::path::{Path, PathBuf};
 
@@ -38,9 +39,21 @@ pub(crate) fn input_of(
                     continue;
                 }
                 let bytes = decode(&a.data, &a.label)?;
-                let text = String::from_utf8_lossy(&bytes);
+                let Some(text) = as_text(&bytes) else {
+                    // Binary content read as text is noise to a model; it gets the file to
+                    // open with its tools and a line saying what it is.
+                    let path = write_pasted(attachments_dir, n + 1, &a.label, &a.data)?;
+                    parts.push(Part::text(format!(
+                        "{} ({}, {} bytes): binary content, not shown",
+                        a.label,
+                        a.content_type,
+                        bytes.len()
+                    )));
+                    references.push(format!("- {}{SNAPSHOT}", path.display()));
+                    continue;
+                };
                 let lines = text.lines().count().max(1);
-                let body = text.strip_suffix('\n').unwrap_or(&text);
+                let body = text.strip_suffix('\n').unwrap_or(text);
                 parts.push(Part::text(format!(
                     "{} (lines 1-{lines}):\n```\n{body}\n```",
                     a.label
@@ -63,13 +76,23 @@ pub(crate) fn input_of(
     Ok(Input::Parts(parts))
 }
 
+/// The bytes as text, when they are UTF-8 with no NUL byte.
+fn as_text(bytes: &[u8]) -> Option<&str> {
+    if bytes.contains(&0) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
 fn decode(data: &str, label: &str) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(data.trim())
         .map_err(|_| format!("the attachment {label} is not valid base64"))
 }
 
-/// Writes a pasted file as `<n>-<name>` under the attachments folder.
+/// Writes a pasted file as `<k>-<name>` under the attachments folder, `k` counting up from the
+/// attachment's place in its message to the first name not taken: every chat of a session
+/// pastes into one folder, and an earlier file a model may still read is never replaced.
 fn write_pasted(dir: &Path, n: usize, label: &str, data: &str) -> Result<PathBuf, String> {
     let bytes = decode(data, label)?;
     // Only the last segment of the label names the file, so a label cannot climb out.
@@ -78,7 +101,22 @@ fn write_pasted(dir: &Path, n: usize, label: &str, data: &str) -> Result<PathBuf
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "attachment".to_owned());
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let path = dir.join(format!("{n}-{name}"));
-    std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    let mut k = n;
+    loop {
+        let path = dir.join(format!("{k}-{name}"));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        match file {
+            Ok(mut file) => {
+                use std::io::Write as _;
+                file.write_all(&bytes)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                return Ok(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => k += 1,
+            Err(e) => return Err(format!("cannot write {}: {e}", path.display())),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 
 mod actions;
 pub mod agent;
+mod approval_keys;
 mod asks;
 mod attachments;
 pub mod build;
@@ -15,6 +16,7 @@ pub mod host_tools;
 pub mod models;
 pub mod options;
 pub mod plugin;
+mod schema_wording;
 pub mod session;
 mod transcript;
 mod turns;

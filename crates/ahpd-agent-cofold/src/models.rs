@@ -17,7 +17,7 @@ use crate::options::Environment;
 pub const DEFAULT_WINDOW: u64 = 32_000;
 
 /// The part of the copapo configuration the engine uses.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Copapo {
     /// Providers in the configured order.
     pub providers: Vec<ProviderConfig>,
@@ -29,6 +29,33 @@ pub struct Copapo {
     pub path: PathBuf,
     /// The reading's failure, when a named file was absent or not an object.
     pub error: Option<String>,
+}
+
+// Written out so a provider's key never reaches a log line or a panic message.
+impl std::fmt::Debug for Copapo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let providers: Vec<_> = self
+            .providers
+            .iter()
+            .map(|p| {
+                let key = p.api_key.as_ref().map(|_| "<set>");
+                let headers: Vec<&str> = p
+                    .headers
+                    .iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str())
+                    .collect();
+                (p.id.as_str(), p.base_url.as_str(), key, headers)
+            })
+            .collect();
+        f.debug_struct("Copapo")
+            .field("providers", &providers)
+            .field("model", &self.model)
+            .field("instructions", &self.instructions.as_ref().map(|_| "<set>"))
+            .field("path", &self.path)
+            .field("error", &self.error)
+            .finish()
+    }
 }
 
 /// Reads the copapo configuration, with the project file searched from `dir` when given.
@@ -83,7 +110,7 @@ pub fn split_reference(reference: &str) -> Option<(&str, &str)> {
 }
 
 /// Where a turn's requests go.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Connection {
     /// The endpoint's base URL.
     pub base_url: String,
@@ -91,6 +118,17 @@ pub struct Connection {
     pub model_id: String,
     /// The copapo provider it came from, when any.
     pub provider: Option<ProviderConfig>,
+}
+
+// The provider's key stays out of the output.
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("base_url", &self.base_url)
+            .field("model_id", &self.model_id)
+            .field("provider", &self.provider.as_ref().map(|p| p.id.as_str()))
+            .finish()
+    }
 }
 
 /// Resolves a reference to an endpoint (engine.md §3.4), or the failure sentence of §3.8.

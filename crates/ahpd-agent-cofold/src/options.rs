@@ -192,12 +192,24 @@ fn loosen_tools(tools: &Value) -> Value {
 
 /// Where the engine reads environment variables and the home folder from; injectable so tests
 /// run in parallel and never read the developer's own files.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct Environment {
     /// The variables.
     pub vars: HashMap<String, String>,
     /// The home folder.
     pub home: PathBuf,
+}
+
+// Names only: the variables hold keys.
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Environment")
+            .field("vars", &names)
+            .field("home", &self.home)
+            .finish()
+    }
 }
 
 impl Environment {
@@ -274,7 +286,10 @@ pub enum EditPhase {
 
 /// JSON Schema of the plugin's options (engine.md §2.2–§2.4).
 pub fn options_schema() -> Value {
-    let strict_tools = cofold_tools::standard::tools_schema();
+    let mut strict_tools = cofold_tools::standard::tools_schema();
+    crate::schema_wording::boolean_or_object(&mut strict_tools);
+    let mut loose_tools = loose_tools_schema();
+    crate::schema_wording::boolean_or_object(&mut loose_tools);
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -313,7 +328,7 @@ pub fn options_schema() -> Value {
             "hostTools": { "type": "boolean", "default": true }
         },
         "if": { "properties": { "strictTools": { "const": false } }, "required": ["strictTools"] },
-        "then": { "properties": { "tools": loose_tools_schema() } },
+        "then": { "properties": { "tools": loose_tools } },
         "else": { "properties": { "tools": strict_tools } }
     })
 }
@@ -359,5 +374,6 @@ pub fn record_schema() -> Value {
         obj.remove("then");
         obj.remove("else");
     }
+    crate::schema_wording::boolean_or_object(&mut schema);
     schema
 }

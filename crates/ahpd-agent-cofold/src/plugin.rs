@@ -140,20 +140,28 @@ impl Engine for CofoldEngine {
         if let Some(model) = &record.model {
             merged.insert("model".to_owned(), json!(model));
         }
+        let mut embedder = self.embedder.clone();
         if let Some(secret) = merged
             .get("apiKey")
             .and_then(|k| k.get("$secret"))
             .and_then(Value::as_str)
+            .map(str::to_owned)
         {
-            let value = secrets.read(secret)?;
-            merged.insert("apiKey".to_owned(), json!(value.expose()));
+            // Read now only to refuse a record whose secret is missing; the key itself is read
+            // again for every request, so a changed secret takes effect without a restart and
+            // no copy of it is kept in the agent's options.
+            secrets.read(&secret)?;
+            merged.remove("apiKey");
+            embedder.api_key = Some(Arc::new(move || {
+                secrets.read(&secret).ok().map(|s| s.expose().to_owned())
+            }));
         }
         let agent = CofoldAgent::new(
             &record.id,
             &record.name,
             record.description.as_deref().unwrap_or(""),
             &Value::Object(merged),
-            self.embedder.clone(),
+            embedder,
             self.shared.clone(),
         )?;
         Ok(Arc::new(agent))

@@ -7,7 +7,7 @@ use ahpd_sdk::agent::PastSession;
 use cofold_agents::event::EventBody;
 use cofold_agents::id::Timestamp;
 use cofold_agents::message::{Message, MessageSource, Part, Role, text_of};
-use cofold_agents::store::{RunRecord, RunStatus, SessionRecord, Store};
+use cofold_agents::store::{KvScope, RunRecord, RunStatus, SessionRecord, Store};
 use serde_json::{Value, json};
 
 use crate::turns::{call_title, usage_info};
@@ -28,17 +28,55 @@ fn is_prompt(m: &Message) -> bool {
     m.role == Role::User && m.source == MessageSource::Input
 }
 
-/// The catalogue row of a stored conversation.
-pub(crate) async fn row(store: &dyn Store, record: &SessionRecord) -> PastSession {
-    let messages = store
-        .list_messages(&record.session_id, None)
+/// Where rows keep their titles: a listing then reads one small value per conversation, not
+/// its messages.
+fn titles() -> KvScope {
+    KvScope::Shared {
+        namespace: "ahpd-agent-cofold.titles".to_owned(),
+    }
+}
+
+/// The title of a conversation: its first prompt, read from the messages once and kept. The
+/// creation time stored with it tells a conversation deleted and made again under the same id.
+async fn title(store: &dyn Store, record: &SessionRecord) -> Option<String> {
+    let created = record.created_at.to_string();
+    let kept = store
+        .kv_get(&titles(), &record.session_id)
         .await
-        .unwrap_or_default();
+        .ok()
+        .flatten();
+    if let Some(kept) = kept
+        && kept.get("createdAt").and_then(Value::as_str) == Some(created.as_str())
+        && let Some(title) = kept.get("title").and_then(Value::as_str)
+    {
+        return Some(title.to_owned());
+    }
+    let messages = store.list_messages(&record.session_id, None).await.ok()?;
     let title = messages
         .iter()
         .find(|m| is_prompt(m))
         .map(|m| ahpd_sdk::util::title_from(&text_of(m)))
-        .filter(|t| !t.is_empty())
+        .filter(|t| !t.is_empty())?;
+    // A store that cannot keep it is read again next time; nothing is lost.
+    let _ = store
+        .kv_set(
+            &titles(),
+            &record.session_id,
+            json!({ "createdAt": created, "title": title }),
+        )
+        .await;
+    Some(title)
+}
+
+/// Forgets a deleted conversation's title.
+pub(crate) async fn forget(store: &dyn Store, id: &str) {
+    let _ = store.kv_delete(&titles(), id).await;
+}
+
+/// The catalogue row of a stored conversation.
+pub(crate) async fn row(store: &dyn Store, record: &SessionRecord) -> PastSession {
+    let title = title(store, record)
+        .await
         .unwrap_or_else(|| record.session_id.clone());
     PastSession {
         id: record.session_id.clone(),

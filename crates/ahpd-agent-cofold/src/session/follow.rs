@@ -13,7 +13,7 @@ use cofold_agents::event::{Command, EventBody};
 use cofold_agents::run::RunHandle;
 use futures::StreamExt;
 
-use super::{Core, DECLINED, Follow, lock};
+use super::{Core, DECLINED, Follow, NOT_JSON, UNANSWERED, lock};
 use crate::actions as act;
 use crate::asks;
 use crate::edits::OpenEdits;
@@ -169,7 +169,13 @@ impl Core {
                             request_id,
                             reason: Some(DECLINED.to_owned()),
                         },
-                        _ => return,
+                        // Nobody can answer (the host could not place the question, or the
+                        // turn ended): the run is told so rather than left waiting. A stop
+                        // cancels the run as well; either way nothing runs.
+                        _ => Command::Deny {
+                            request_id,
+                            reason: Some(UNANSWERED.to_owned()),
+                        },
                     };
                     let _ = handle.submit(command).await;
                 });
@@ -210,12 +216,36 @@ impl Core {
     ) {
         let ctx = self.ctx.clone();
         tokio::spawn(async move {
-            let command = match ctx.ask_approval(request).await {
-                ApprovalOutcome::Approved { edited_input, .. } => Command::Approve {
-                    request_id,
-                    input: edited_input.and_then(|text| serde_json::from_str(&text).ok()),
-                    always_approve: None,
-                },
+            let held = crate::approval_keys::hold(ctx.session_uri(), &request.tool_call_id).await;
+            let outcome = ctx.ask_approval(request).await;
+            drop(held);
+            let command = match outcome {
+                ApprovalOutcome::Approved { edited_input, .. } => {
+                    match edited_input.map(|text| serde_json::from_str::<serde_json::Value>(&text))
+                    {
+                        None => Command::Approve {
+                            request_id,
+                            input: None,
+                            always_approve: None,
+                        },
+                        Some(Ok(input)) => Command::Approve {
+                            request_id,
+                            input: Some(input),
+                            always_approve: None,
+                        },
+                        // Running the original instead would run what the person did not
+                        // approve; the call is refused with the reason.
+                        Some(Err(e)) => {
+                            if let Some((edits, call_id)) = &edits {
+                                edits.after(call_id);
+                            }
+                            Command::Deny {
+                                request_id,
+                                reason: Some(format!("{NOT_JSON}: {e}")),
+                            }
+                        }
+                    }
+                }
                 ApprovalOutcome::Denied { .. } => {
                     if let Some((edits, call_id)) = &edits {
                         edits.after(call_id);
@@ -225,8 +255,19 @@ impl Core {
                         reason: Some(DECLINED.to_owned()),
                     }
                 }
-                // A stop or close: the run's cancel answers the request itself.
-                ApprovalOutcome::Cancelled => return,
+                // Nobody can answer: the host could not place the request (another chat's
+                // call of the same id, a turn it no longer shows) or the turn ended. The run
+                // is told rather than left waiting; a stop or close cancels the run as
+                // well, and whichever arrives first, the call does not run.
+                ApprovalOutcome::Cancelled => {
+                    if let Some((edits, call_id)) = &edits {
+                        edits.after(call_id);
+                    }
+                    Command::Deny {
+                        request_id,
+                        reason: Some(UNANSWERED.to_owned()),
+                    }
+                }
             };
             let _ = handle.submit(command).await;
         });

@@ -30,6 +30,11 @@ pub const STOP_REASON: &str = "the client stopped the turn";
 pub const CLOSE_REASON: &str = "the session closed";
 /// What the model reads when a person declines a call.
 pub const DECLINED: &str = "The person declined this action";
+/// What the model reads when an approval or question could not be put to anyone.
+pub const UNANSWERED: &str = "No one could answer this request; it was not carried out";
+/// How an approved call whose edited input does not parse is refused (the parser's sentence
+/// follows).
+pub const NOT_JSON: &str = "The edited input is not JSON, so nothing ran";
 
 struct Running {
     handle: Option<RunHandle>,
@@ -96,6 +101,8 @@ pub(crate) struct Core {
     agent: Arc<AgentCore>,
     ctx: SessionContext,
     backend_id: String,
+    /// The session's id: its chats share one scratch folder under it.
+    session_id: String,
     workspace: PathBuf,
     copapo: Copapo,
     state: Mutex<State>,
@@ -108,24 +115,29 @@ pub struct CofoldSession {
 }
 
 impl CofoldSession {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         agent: Arc<AgentCore>,
         ctx: SessionContext,
         backend_id: String,
+        session_id: String,
         workspace: PathBuf,
         copapo: Copapo,
         settings: serde_json::Map<String, Value>,
         paused: Option<Paused>,
+        refused_fork: Option<String>,
     ) -> CofoldSession {
         CofoldSession {
             core: Arc::new(Core {
                 agent,
                 ctx,
                 backend_id,
+                session_id,
                 workspace,
                 copapo,
                 state: Mutex::new(State {
                     reopen: paused,
+                    refused_cut: refused_fork,
                     ..State::default()
                 }),
                 settings: Mutex::new(settings),
@@ -254,14 +266,14 @@ impl Core {
         });
     }
 
-    /// Where pasted attachments of this session are written.
+    /// Where pasted attachments of this session's chats are written.
     fn attachments_dir(&self) -> PathBuf {
         self.agent
             .env
             .home
             .join(".copilot")
             .join("chats")
-            .join(crate::agent::encode_scratch_segment(&self.backend_id))
+            .join(crate::agent::encode_scratch_segment(&self.session_id))
             .join("attachments")
     }
 

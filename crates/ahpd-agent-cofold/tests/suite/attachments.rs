@@ -81,3 +81,122 @@ async fn attachments_become_parts_files_and_references() {
     assert!(!body.contains(&format!("- {} (read-only", referenced.display())));
     w.assert_mirror(&th).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() {
+    let place = Place::new();
+    let ep = endpoint(vec![text("one"), text("two"), text("in the fork")]);
+    let agent = agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
+        place.embedder(),
+    );
+    let th = host(vec![Arc::new(agent)]).await;
+    let id = fresh_id("pasted");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
+    let pasted = place
+        .home
+        .join(".copilot/chats")
+        .join(&id)
+        .join("attachments");
+
+    // A binary file is not read as text: a line with its type and size, and the file itself.
+    w.send_message(
+        "t1",
+        with_attachments(
+            "look",
+            json!([
+                { "type": "embeddedResource", "label": "shot.png", "contentType": "image/png", "data": "iVBO" },
+                { "type": "embeddedResource", "label": "blob.bin", "contentType": "application/octet-stream", "data": "AAEC/w==" }
+            ]),
+        ),
+    )
+    .await;
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let body = request_text(&ep.chat_bodies()[0]);
+    assert!(
+        body.contains("blob.bin (application/octet-stream, 4 bytes): binary content, not shown"),
+        "{body}"
+    );
+    assert!(!body.contains("blob.bin (lines"), "{body}");
+    let blob = pasted.join("2-blob.bin");
+    assert_eq!(std::fs::read(&blob).unwrap(), [0, 1, 2, 255]);
+    assert!(body.contains(&format!("- {}", blob.display())), "{body}");
+
+    // The same name pasted again gets a name of its own; the first file stays as it was.
+    w.send_message(
+        "t2",
+        with_attachments(
+            "again",
+            json!([{ "type": "embeddedResource", "label": "shot.png", "contentType": "image/png", "data": "iVBP" }]),
+        ),
+    )
+    .await;
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    assert_eq!(
+        std::fs::read(pasted.join("1-shot.png")).unwrap(),
+        [0x89, 0x50, 0x4e]
+    );
+    let second = pasted.join("2-shot.png");
+    assert_eq!(std::fs::read(&second).unwrap(), [0x89, 0x50, 0x4f]);
+    assert!(request_text(&ep.chat_bodies()[1]).contains(&second.display().to_string()));
+
+    // A chat forked from this one pastes into the session's folder too.
+    let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let _: serde_json::Value = w
+        .client
+        .request(
+            "createChat",
+            json!({
+                "channel": w.session, "chat": fork_chat,
+                "source": { "kind": "fork", "chat": w.chat, "turnId": "t2" }
+            }),
+        )
+        .await
+        .expect("createChat");
+    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
+        .client
+        .subscribe(fork_chat.clone())
+        .await
+        .expect("subscribes");
+    w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
+    w.client
+        .dispatch(
+            fork_chat.clone(),
+            turn_started_with(
+                "f1",
+                with_attachments(
+                    "and here",
+                    json!([{ "type": "embeddedResource", "label": "shot.png", "contentType": "image/png", "data": "iVBQ" }]),
+                ),
+            ),
+        )
+        .await
+        .expect("dispatch");
+    let end = w
+        .until(|a| {
+            matches!(a, StateAction::ChatTurnComplete(c) if c.turn_id == "f1")
+                || matches!(a, StateAction::ChatError(e) if e.turn_id == "f1")
+        })
+        .await;
+    assert!(
+        matches!(end.action, StateAction::ChatTurnComplete(_)),
+        "{end:?}"
+    );
+    assert_eq!(
+        std::fs::read(pasted.join("3-shot.png")).unwrap(),
+        [0x89, 0x50, 0x50]
+    );
+    assert_eq!(
+        std::fs::read_dir(place.home.join(".copilot/chats"))
+            .unwrap()
+            .count(),
+        1,
+        "one folder for the session"
+    );
+}

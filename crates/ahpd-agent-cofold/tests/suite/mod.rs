@@ -2,6 +2,8 @@ mod attachments;
 mod catalogue;
 mod clients;
 mod conversation;
+mod engine_faults;
+mod engine_keys;
 mod history;
 mod host_tools;
 mod models;
