@@ -47,6 +47,10 @@ pub struct HostOptions {
     pub known_client_ttl: Duration,
     /// How long a client-run tool call may take; zero waits forever. Default: 10 min.
     pub client_tool_timeout: Duration,
+    /// How long a request that waits on an agent or a port (`createSession`, opening a stored
+    /// session, `listSessions`, `resourceRead`, ...) may take before it is answered with an
+    /// error; an agent's opening of a backend is given up after it too. Default: 60 s.
+    pub request_timeout: Duration,
     /// `RootState._meta`. Default: none.
     pub root_meta: Option<JsonObject>,
     /// `InitializeResult._meta`. Default: none.
@@ -72,6 +76,7 @@ impl Default for HostOptions {
             active_client_grace: Duration::from_secs(30),
             known_client_ttl: Duration::from_secs(600),
             client_tool_timeout: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(60),
             root_meta: None,
             initialize_meta: None,
         }
@@ -179,6 +184,13 @@ impl HostBuilder {
     /// Set how long a client-run tool call may take (zero: forever).
     pub fn client_tool_timeout(mut self, d: Duration) -> Self {
         self.options.client_tool_timeout = d;
+        self
+    }
+
+    /// Set how long a request waiting on an agent or a port may take (see
+    /// [`HostOptions::request_timeout`]); zero is taken as one millisecond.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.options.request_timeout = d;
         self
     }
 

@@ -44,7 +44,10 @@ struct ConnEntry {
     tx: mpsc::Sender<Frame>,
     kill: Arc<KillSwitch>,
     legacy: bool,
-    held: Option<Vec<Frame>>,
+    /// Requests of this connection building a reply that registers subscriptions; while any
+    /// is, frames wait in `held` (several may run at once, see `connection`).
+    holds: usize,
+    held: Vec<Frame>,
 }
 
 struct RingEntry {
@@ -172,7 +175,8 @@ impl Hub {
                 tx,
                 kill,
                 legacy: false,
-                held: None,
+                holds: 0,
+                held: Vec::new(),
             },
         );
     }
@@ -249,10 +253,14 @@ impl Hub {
     }
 
     fn push(&self, entry: &mut ConnEntry, frame: &Frame) {
-        if let Some(held) = entry.held.as_mut() {
-            held.push(frame.clone());
+        if entry.holds > 0 {
+            entry.held.push(frame.clone());
             return;
         }
+        self.enqueue(entry, frame);
+    }
+
+    fn enqueue(&self, entry: &mut ConnEntry, frame: &Frame) {
         match entry.tx.try_send(frame.clone()) {
             Ok(()) => {
                 let depth = entry.tx.max_capacity() - entry.tx.capacity();
@@ -375,21 +383,23 @@ impl Hub {
     /// Start holding envelopes for a connection while a reply that registers subscriptions is
     /// being built.
     pub(crate) fn hold(&self, conn: u64) {
-        if let Some(c) = self.lock().conns.get_mut(&conn)
-            && c.held.is_none()
-        {
-            c.held = Some(Vec::new());
+        if let Some(c) = self.lock().conns.get_mut(&conn) {
+            c.holds += 1;
         }
     }
 
-    /// Write the reply, then everything held back, in order.
+    /// Write the reply ahead of everything held back; once no other request of the connection
+    /// holds, write what was held, in order. Frames held for another request's channels stay
+    /// behind its reply, so no envelope overtakes the snapshot it builds on.
     pub(crate) fn release(&self, conn: u64, reply: Frame) {
         let mut st = self.lock();
         if let Some(c) = st.conns.get_mut(&conn) {
-            let held = c.held.take().unwrap_or_default();
-            self.push(c, &reply);
-            for frame in held {
-                self.push(c, &frame);
+            c.holds = c.holds.saturating_sub(1);
+            self.enqueue(c, &reply);
+            if c.holds == 0 {
+                for frame in std::mem::take(&mut c.held) {
+                    self.enqueue(c, &frame);
+                }
             }
         }
     }

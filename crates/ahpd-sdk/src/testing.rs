@@ -95,6 +95,7 @@ pub struct ScriptedAgent {
     opens: Arc<Mutex<Vec<Opened>>>,
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
     fail_resume: bool,
+    hang_creates: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -144,6 +145,13 @@ impl ScriptedAgent {
     /// Fail every attempt to open a stored conversation (`SessionStart.resume` set).
     pub fn failing_resume(mut self) -> Self {
         self.fail_resume = true;
+        self
+    }
+
+    /// Never finish opening a backend for these session URIs (`Agent::create` stays pending),
+    /// as a hung agent would.
+    pub fn hanging_create_for(mut self, session_uris: &[&str]) -> Self {
+        self.hang_creates = Arc::new(session_uris.iter().map(|s| (*s).to_owned()).collect());
         self
     }
 
@@ -254,6 +262,9 @@ impl Agent for ScriptedAgent {
         }
         if let Ok(mut o) = self.opens.lock() {
             o.push((start.chat_uri.clone(), start.resume.clone()));
+        }
+        if self.hang_creates.contains(&start.session_uri) {
+            std::future::pending::<()>().await;
         }
         if self.fail_resume && start.resume.is_some() {
             return Err(AgentError::Failed(

@@ -1,4 +1,5 @@
 mod chats;
+mod concurrency;
 mod conversation;
 mod extension;
 mod handshake;
