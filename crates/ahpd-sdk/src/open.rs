@@ -206,8 +206,14 @@ pub(crate) async fn create(
     })
     .await
     .map_err(|_| RpcError::internal("the session stopped while starting"))?;
-    rx.await
-        .map_err(|_| RpcError::internal("the session stopped while starting"))?
+    let result = rx
+        .await
+        .map_err(|_| RpcError::internal("the session stopped while starting"))?;
+    match &result {
+        Ok(()) => tracing::info!(session = %uri, "session created"),
+        Err(e) => tracing::info!(session = %uri, error = %e.message, "session creation failed"),
+    }
+    result
 }
 
 /// Open a past conversation named by a session URI (or a default chat URI of one). Returns
@@ -318,7 +324,10 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             agent,
         };
         return match spawn(inner, init) {
-            Ok(_) => Ok(session_uri),
+            Ok(_) => {
+                tracing::info!(session = %session_uri, "session opened from the store");
+                Ok(session_uri)
+            }
             // Opened meanwhile by another request: use it.
             Err(e) if e.code == codes::SESSION_ALREADY_EXISTS => Ok(session_uri),
             Err(e) => Err(e),
@@ -394,5 +403,6 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
         let count = inner.registry.lock().map(|r| r.live_count()).unwrap_or(0);
         root::publish_active_sessions(inner, count);
     }
+    tracing::info!(session = %uri, "session disposed");
     Ok(())
 }

@@ -32,6 +32,9 @@ pub struct DaemonRecord {
     pub version: String,
     /// RFC 3339 start time.
     pub started_at: String,
+    /// Run in the foreground (not by `ahpd start`); `restart` starts it again detached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreground: bool,
 }
 
 /// Set on the detached child: the user's options, without the hidden marker.
@@ -40,11 +43,14 @@ const ARGV_ENV: &str = "AHPD_DETACHED_ARGV";
 impl DaemonRecord {
     /// The record of the running process.
     pub fn for_this_process(address: &str) -> Self {
-        let argv = std::env::var(ARGV_ENV)
+        let detached: Option<Vec<String>> = std::env::var(ARGV_ENV)
             .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default();
+            .and_then(|s| serde_json::from_str(&s).ok());
+        let foreground = detached.is_none();
+        // A foreground run's own options, so `restart` can start it again with them.
+        let argv = detached.unwrap_or_else(|| std::env::args().skip(1).collect());
         DaemonRecord {
+            foreground,
             pid: std::process::id(),
             argv,
             cwd: std::env::current_dir().unwrap_or_default(),
@@ -89,6 +95,36 @@ pub fn write_record(path: &Path, record: &DaemonRecord) -> std::io::Result<()> {
 /// Reads `daemon.json`, if present and readable.
 pub fn read_record(path: &Path) -> Option<DaemonRecord> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Writes `daemon.json` for the daemon now listening on `address`, however it was started, so
+/// `status`, `stop` and `restart` find it. A detached daemon must write it (its parent waits for
+/// it); a foreground one leaves a record naming another live daemon alone and goes on without
+/// one. Returns whether this process wrote it.
+pub fn record_this_daemon(path: &Path, address: &str, detached: bool) -> Result<bool, String> {
+    if !detached
+        && let Some(other) = read_record(path)
+        && other.pid != std::process::id()
+        && sys::alive(other.pid)
+        && sys::is_ahpd(other.pid)
+    {
+        tracing::warn!(
+            pid = other.pid,
+            address = %other.address,
+            "another ahpd is recorded in {}; this one runs without a record (status and stop will not see it)",
+            path.display()
+        );
+        return Ok(false);
+    }
+    let record = DaemonRecord::for_this_process(address);
+    match write_record(path, &record) {
+        Ok(()) => Ok(true),
+        Err(e) if detached => Err(format!("cannot write {}: {e}", path.display())),
+        Err(e) => {
+            tracing::warn!("cannot write {}: {e}; status and stop will not see this daemon", path.display());
+            Ok(false)
+        }
+    }
 }
 
 /// Removes `daemon.json` when it names this process.
@@ -297,6 +333,7 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
                 "address": record.address,
                 "version": record.version,
                 "startedAt": record.started_at,
+                "foreground": record.foreground,
                 "answers": answers,
             })
         );
@@ -311,8 +348,13 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
             })
             .unwrap_or_default();
         println!(
-            "ahpd {} is running (pid {}) on {}{uptime}; {}",
+            "ahpd {} is running{} (pid {}) on {}{uptime}; {}",
             record.version,
+            if record.foreground {
+                " in the foreground"
+            } else {
+                ""
+            },
             record.pid,
             record.address,
             if answers {

@@ -23,7 +23,7 @@ use crate::fsutil;
 use crate::live::LiveSessions;
 use crate::locations::Locations;
 use crate::plugins::{self, State, options::SecretMode};
-use crate::process::{self, DaemonRecord};
+use crate::process;
 use crate::records::{EngineSlot, RecordStore};
 use crate::vault::Vault;
 
@@ -336,6 +336,10 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     };
     let port = server.local_addr().port();
     let address = format!("ws://{}:{port}", url_host(&settings.host.value));
+    // Recorded before the line is printed: whoever reads the line can find the record.
+    let record_path = loc.daemon_record();
+    let recorded = process::record_this_daemon(&record_path, &address, run.detached_child)
+        .map_err(ServeError::Runtime)?;
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
@@ -343,16 +347,6 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         let _ = out.flush();
     }
     tracing::info!(address = %address, "listening");
-    let record_path = loc.daemon_record();
-    if run.detached_child {
-        let record = DaemonRecord::for_this_process(&address);
-        if let Err(e) = process::write_record(&record_path, &record) {
-            return Err(ServeError::Runtime(format!(
-                "cannot write {}: {e}",
-                record_path.display()
-            )));
-        }
-    }
 
     signals.first().await;
     Ok(shutdown(
@@ -360,7 +354,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         Some(server),
         &live,
         signals,
-        run.detached_child.then_some(record_path.as_path()),
+        recorded.then_some(record_path.as_path()),
     )
     .await)
 }
