@@ -534,10 +534,23 @@ impl Session for ScriptedSession {
         let ctx = self.ctx.clone();
         let id = turn.turn_id.clone();
         if let Ok(mut s) = self.store.lock() {
-            s.entry(self.id.clone()).or_insert_with(|| Stored {
+            let stored = s.entry(self.id.clone()).or_insert_with(|| Stored {
                 title: crate::util::title_from(&turn.message.text),
                 turns: Vec::new(),
             });
+            // The transcript keeps each turn's message, stored as it begins (not its reply),
+            // so a conversation read back after a restart has its turns.
+            if !stored.turns.iter().any(|t| t.id == turn.turn_id) {
+                stored.turns.push(Turn {
+                    id: turn.turn_id.clone(),
+                    started_at: Some(crate::util::now_iso()),
+                    duration: Some(1),
+                    message: turn.message.clone(),
+                    response_parts: Vec::new(),
+                    usage: None,
+                    state: TurnState::Complete,
+                });
+            }
         }
         let h = tokio::spawn(run_script(ctx, turn.turn_id, turn.message.text, false));
         self.runs.insert(id, h);

@@ -10,6 +10,7 @@ mod paging;
 mod past_backend;
 mod puppet;
 mod reconnect;
+mod restart;
 mod robustness;
 mod rules;
 mod rules_backend;
