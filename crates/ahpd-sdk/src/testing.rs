@@ -96,6 +96,7 @@ pub struct ScriptedAgent {
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
     fail_resume: bool,
     hang_creates: Arc<Vec<String>>,
+    rewinds: bool,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -152,6 +153,12 @@ impl ScriptedAgent {
     /// as a hung agent would.
     pub fn hanging_create_for(mut self, session_uris: &[&str]) -> Self {
         self.hang_creates = Arc::new(session_uris.iter().map(|s| (*s).to_owned()).collect());
+        self
+    }
+
+    /// Let its chats rewind (`chat/truncated`): the stored transcript is cut after the turn.
+    pub fn rewinding(mut self) -> Self {
+        self.rewinds = true;
         self
     }
 
@@ -282,6 +289,7 @@ impl Agent for ScriptedAgent {
             runs: HashMap::new(),
             store: self.store.clone(),
             configured: self.configured.clone(),
+            rewinds: self.rewinds,
         }))
     }
 
@@ -316,6 +324,7 @@ struct ScriptedSession {
     runs: HashMap<String, tokio::task::JoinHandle<()>>,
     store: Arc<Mutex<HashMap<String, Stored>>>,
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
+    rewinds: bool,
 }
 
 fn md(turn: &str, part: &str) -> StateAction {
@@ -565,6 +574,24 @@ impl Session for ScriptedSession {
     fn configure(&mut self, changes: &JsonObject) -> Result<(), Refusal> {
         if let Ok(mut c) = self.configured.lock() {
             c.push((self.id.clone(), changes.clone()));
+        }
+        Ok(())
+    }
+
+    fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), Refusal> {
+        if !self.rewinds {
+            return Err(Refusal::new("this agent cannot rewind a conversation"));
+        }
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stored) = store.get_mut(&self.id) {
+            let keep = match turn_id {
+                Some(t) => match stored.turns.iter().position(|x| x.id == t) {
+                    Some(i) => i + 1,
+                    None => return Err(Refusal::new(format!("no stored turn {t}"))),
+                },
+                None => 0,
+            };
+            stored.turns.truncate(keep);
         }
         Ok(())
     }
