@@ -31,6 +31,9 @@ pub struct HostOptions {
     pub delta_window: Duration,
     /// Envelopes kept for `reconnect` replay. Default: 10,000.
     pub replay_capacity: usize,
+    /// Bytes the replay ring may hold (envelope texts plus 64 bytes each); the oldest go
+    /// first when either bound is passed. Default: 16 MiB.
+    pub replay_bytes: usize,
     /// Frames queued per connection before it is closed as stalled. Default: 4,096.
     pub outbound_queue: usize,
     /// Largest inbound frame or line in bytes. Default: 16 MiB.
@@ -68,6 +71,7 @@ impl Default for HostOptions {
             },
             delta_window: Duration::from_millis(75),
             replay_capacity: 10_000,
+            replay_bytes: 16 * 1024 * 1024,
             outbound_queue: 4_096,
             max_frame_bytes: 16 * 1024 * 1024,
             write_timeout: Duration::from_secs(10),
@@ -142,6 +146,12 @@ impl HostBuilder {
     /// Set the replay ring size.
     pub fn replay_capacity(mut self, n: usize) -> Self {
         self.options.replay_capacity = n;
+        self
+    }
+
+    /// Set how many bytes the replay ring may hold (see [`HostOptions::replay_bytes`]).
+    pub fn replay_bytes(mut self, n: usize) -> Self {
+        self.options.replay_bytes = n;
         self
     }
 
@@ -244,7 +254,7 @@ impl HostBuilder {
                 }
             }
         }
-        let hub = Hub::new(self.options.replay_capacity);
+        let hub = Hub::new(self.options.replay_capacity, self.options.replay_bytes);
         let shutdown = CancellationToken::new();
         let store = self
             .session_store
@@ -427,6 +437,12 @@ impl HostHandle {
             high_water,
             closed_full,
         }
+    }
+
+    /// The replay ring's envelope count and weight in bytes, to check them against
+    /// [`HostOptions::replay_capacity`] and [`HostOptions::replay_bytes`].
+    pub fn replay_ring_usage(&self) -> (usize, usize) {
+        self.inner.hub.ring_usage()
     }
 
     /// A snapshot of a channel (root, session or chat), as a fresh subscriber would get it.

@@ -57,12 +57,22 @@ struct RingEntry {
     one_zero_only: bool,
 }
 
+impl RingEntry {
+    /// The envelope text plus a fixed share for the entry and its allocation; the channel
+    /// name is shared with the subscription table, so it is not counted again.
+    fn weight(&self) -> usize {
+        self.envelope.len() + 64
+    }
+}
+
 #[derive(Default)]
 struct HubState {
     seq: u64,
     conns: HashMap<u64, ConnEntry>,
     subs: HashMap<Arc<str>, HashSet<u64>>,
     ring: VecDeque<RingEntry>,
+    /// What the ring's entries weigh (see [`RingEntry::weight`]).
+    ring_bytes: usize,
 }
 
 /// What [`Hub::replay`] found.
@@ -76,6 +86,7 @@ pub(crate) enum Replay {
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     capacity: usize,
+    max_bytes: usize,
     /// The deepest any outbound queue has been right after an enqueue (for benchmarks and
     /// operators; one relaxed load per frame, a write only when the mark rises).
     queue_high_water: AtomicUsize,
@@ -149,10 +160,13 @@ pub(crate) fn notification_frame(method: &str, params: &Value) -> Frame {
 }
 
 impl Hub {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A hub whose replay ring keeps at most `capacity` envelopes weighing at most
+    /// `max_bytes` together (the newest envelope is always kept).
+    pub(crate) fn new(capacity: usize, max_bytes: usize) -> Self {
         Self {
             state: Mutex::new(HubState::default()),
             capacity: capacity.max(1),
+            max_bytes,
             queue_high_water: AtomicUsize::new(0),
             full_closes: AtomicU64::new(0),
         }
@@ -323,14 +337,20 @@ impl Hub {
             }
             None => Arc::from(channel),
         };
-        st.ring.push_back(RingEntry {
+        let entry = RingEntry {
             seq,
             channel: key,
             envelope,
             one_zero_only: legacy_hidden,
-        });
-        while st.ring.len() > self.capacity {
-            st.ring.pop_front();
+        };
+        st.ring_bytes += entry.weight();
+        st.ring.push_back(entry);
+        while st.ring.len() > self.capacity
+            || (st.ring_bytes > self.max_bytes && st.ring.len() > 1)
+        {
+            if let Some(old) = st.ring.pop_front() {
+                st.ring_bytes -= old.weight();
+            }
         }
         seq
     }
@@ -428,6 +448,12 @@ impl Hub {
         found
     }
 
+    /// The replay ring's length and weight in bytes.
+    pub(crate) fn ring_usage(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.ring.len(), st.ring_bytes)
+    }
+
     /// Envelopes after `last_seen` on the given channels, or `TooOld` when the ring has lost
     /// some of them.
     #[cfg(test)]
@@ -498,7 +524,7 @@ mod tests {
 
     #[test]
     fn full_queue_kills_only_that_connection() {
-        let hub = Hub::new(8);
+        let hub = Hub::new(8, usize::MAX);
         let (tx_a, mut rx_a) = mpsc::channel(16);
         let (tx_b, _rx_b) = mpsc::channel(1);
         let kill_a = Arc::new(KillSwitch::default());
@@ -524,7 +550,7 @@ mod tests {
 
     #[test]
     fn replay_detects_a_ring_that_no_longer_reaches() {
-        let hub = Hub::new(2);
+        let hub = Hub::new(2, usize::MAX);
         for n in 0..5 {
             hub.publish("ahp-root://", &action(n), None);
         }
@@ -536,5 +562,29 @@ mod tests {
         }
         assert!(matches!(hub.replay(5, &chans, false), Replay::Actions(a) if a.is_empty()));
         assert!(matches!(hub.replay(6, &chans, false), Replay::TooOld));
+    }
+
+    #[test]
+    fn the_ring_is_bounded_in_bytes_as_well_as_in_count() {
+        let one = {
+            let hub = Hub::new(100, usize::MAX);
+            hub.publish("ahp-root://", &action(1), None);
+            hub.ring_usage().1
+        };
+        // Room for three envelopes of this size, though the count would allow a hundred.
+        let hub = Hub::new(100, one * 3 + one / 2);
+        for n in 0..10 {
+            hub.publish("ahp-root://", &action(n), None);
+            assert!(hub.ring_usage().1 <= one * 3 + one / 2);
+        }
+        assert_eq!(hub.ring_usage().0, 3);
+        let chans: HashSet<&str> = ["ahp-root://"].into_iter().collect();
+        assert!(matches!(hub.replay(6, &chans, false), Replay::TooOld));
+        assert!(matches!(hub.replay(7, &chans, false), Replay::Actions(a) if a.len() == 3));
+        // One envelope heavier than the whole bound is still kept, alone.
+        let tiny = Hub::new(100, 1);
+        tiny.publish("ahp-root://", &action(1), None);
+        tiny.publish("ahp-root://", &action(2), None);
+        assert_eq!(tiny.ring_usage().0, 1);
     }
 }
