@@ -16,8 +16,24 @@ use crate::hub::Replay;
 use crate::root::ROOT;
 use crate::session::{SessionMsg, mailbox};
 
+/// Forget clients gone longer than `known_client_ttl`, and the tokens they pushed with
+/// `authenticate`, so both tables stay as large as the clients of the last while. Runs at
+/// every handshake: only handshakes add to them.
+pub(crate) fn expire_clients(inner: &crate::host::HostInner) {
+    let ttl = inner.options.known_client_ttl;
+    let kept: HashSet<String> = {
+        let mut known = inner.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|_, k| k.gone_since.is_none_or(|t| t.elapsed() < ttl));
+        known.keys().cloned().collect()
+    };
+    if let Ok(mut creds) = inner.credentials.lock() {
+        creds.retain(|client, _| kept.contains(client));
+    }
+}
+
 impl Conn {
     pub(crate) fn register_client(&mut self, client_id: &str, version: &str) {
+        expire_clients(&self.inner);
         self.client_id = client_id.to_owned();
         self.version = version.to_owned();
         self.phase = Phase::Ready;
@@ -106,10 +122,9 @@ impl Conn {
             Ok(p) => p,
             Err(e) => return self.send(reply_frame(&id, Err(e))),
         };
+        expire_clients(&self.inner);
         let known_version = {
-            let mut known = self.inner.known.lock().unwrap_or_else(|p| p.into_inner());
-            let ttl = self.inner.options.known_client_ttl;
-            known.retain(|_, k| k.gone_since.is_none_or(|t| t.elapsed() < ttl));
+            let known = self.inner.known.lock().unwrap_or_else(|p| p.into_inner());
             known.get(&p.client_id).map(|k| {
                 for (_, kill) in k.conns.iter() {
                     kill.kill(1000, "superseded by reconnect");

@@ -46,7 +46,8 @@ pub struct HostOptions {
     pub list_cap: usize,
     /// How long a dropped client stays in `activeClients`. Default: 30 s.
     pub active_client_grace: Duration,
-    /// How long a disconnected client id is remembered for `reconnect`. Default: 10 min.
+    /// How long a disconnected client id is remembered for `reconnect`, with the tokens it
+    /// pushed; expired ones are dropped at the next handshake. Default: 10 min.
     pub known_client_ttl: Duration,
     /// How long a client-run tool call may take; zero waits forever. Default: 10 min.
     pub client_tool_timeout: Duration,
@@ -188,6 +189,12 @@ impl HostBuilder {
     /// Set the grace a dropped client keeps its place in `activeClients`.
     pub fn active_client_grace(mut self, d: Duration) -> Self {
         self.options.active_client_grace = d;
+        self
+    }
+
+    /// Set how long a disconnected client id is remembered (and its pushed tokens kept).
+    pub fn known_client_ttl(mut self, d: Duration) -> Self {
+        self.options.known_client_ttl = d;
         self
     }
 
@@ -437,6 +444,13 @@ impl HostHandle {
             high_water,
             closed_full,
         }
+    }
+
+    /// How many client ids the host remembers and for how many it keeps pushed tokens.
+    pub fn client_table_sizes(&self) -> (usize, usize) {
+        let known = self.inner.known.lock().map(|k| k.len()).unwrap_or(0);
+        let creds = self.inner.credentials.lock().map(|c| c.len()).unwrap_or(0);
+        (known, creds)
     }
 
     /// The replay ring's envelope count and weight in bytes, to check them against

@@ -1,3 +1,4 @@
+mod bounds;
 mod chats;
 mod concurrency;
 mod conversation;
