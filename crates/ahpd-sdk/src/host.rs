@@ -55,6 +55,11 @@ pub struct HostOptions {
     /// session, `listSessions`, `resourceRead`, ...) may take before it is answered with an
     /// error; an agent's opening of a backend is given up after it too. Default: 60 s.
     pub request_timeout: Duration,
+    /// Most sessions opened from the store (or failed) kept open while unused; past it the
+    /// least recently used unused ones are unloaded. Default: 64.
+    pub loaded_cap: usize,
+    /// How long such a session may stay unused before it is unloaded. Default: 10 min.
+    pub idle_unload: Duration,
     /// `RootState._meta`. Default: none.
     pub root_meta: Option<JsonObject>,
     /// `InitializeResult._meta`. Default: none.
@@ -82,6 +87,8 @@ impl Default for HostOptions {
             known_client_ttl: Duration::from_secs(600),
             client_tool_timeout: Duration::from_secs(600),
             request_timeout: Duration::from_secs(60),
+            loaded_cap: 64,
+            idle_unload: Duration::from_secs(600),
             root_meta: None,
             initialize_meta: None,
         }
@@ -147,6 +154,19 @@ impl HostBuilder {
     /// Set the replay ring size.
     pub fn replay_capacity(mut self, n: usize) -> Self {
         self.options.replay_capacity = n;
+        self
+    }
+
+    /// Set how many unused sessions opened from the store stay open (see
+    /// [`HostOptions::loaded_cap`]).
+    pub fn loaded_cap(mut self, n: usize) -> Self {
+        self.options.loaded_cap = n;
+        self
+    }
+
+    /// Set how long an unused session opened from the store stays open.
+    pub fn idle_unload(mut self, d: Duration) -> Self {
+        self.options.idle_unload = d;
         self
     }
 
@@ -294,6 +314,7 @@ impl HostBuilder {
             if handle.inner.store.is_some() {
                 tokio::spawn(crate::remember::prune(handle.inner.clone()));
             }
+            tokio::spawn(crate::unload::run(Arc::downgrade(&handle.inner)));
         }
         Ok(Host { handle })
     }
@@ -451,6 +472,18 @@ impl HostHandle {
         let known = self.inner.known.lock().map(|k| k.len()).unwrap_or(0);
         let creds = self.inner.credentials.lock().map(|c| c.len()).unwrap_or(0);
         (known, creds)
+    }
+
+    /// The session URIs open now (created, or opened from the store and not unloaded).
+    pub fn open_sessions(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .inner
+            .registry
+            .lock()
+            .map(|r| r.sessions.keys().cloned().collect())
+            .unwrap_or_default();
+        v.sort();
+        v
     }
 
     /// The replay ring's envelope count and weight in bytes, to check them against

@@ -71,6 +71,7 @@ mod connection;
 mod handshake;
 mod lanes;
 mod subscribe;
+mod unload;
 mod writer;
 mod dispatch;
 mod filestore;

@@ -205,6 +205,12 @@ impl Actor {
                     },
                 });
                 self.apply_session(&action, None);
+                // A failed session only shows its error: it may go once nobody looks at it.
+                if let Ok(mut reg) = self.inner.registry.lock()
+                    && let Some(e) = reg.sessions.get_mut(&*self.uri)
+                {
+                    e.unloadable = true;
+                }
                 if let Some(token) = &progress {
                     self.progress(conn.id, token, 1);
                 }

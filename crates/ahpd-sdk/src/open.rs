@@ -131,6 +131,8 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
             provider: descriptor.provider,
             backend_id: init.backend_id,
             summary: actor.catalogue.clone(),
+            unloadable: init.ready,
+            used: std::sync::Mutex::new(std::time::Instant::now()),
         },
     );
     reg.chats.insert(default_chat, init.uri);
@@ -326,6 +328,7 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         return match spawn(inner, init) {
             Ok(_) => {
                 tracing::info!(session = %session_uri, "session opened from the store");
+                crate::unload::soon(inner);
                 Ok(session_uri)
             }
             // Opened meanwhile by another request: use it.

@@ -49,25 +49,29 @@ impl Conn {
                 }
             };
         }
-        let tx = match mailbox(&self.inner, channel) {
-            Some(tx) => tx,
-            None => {
-                self.open_for(channel).await?;
-                mailbox(&self.inner, channel).ok_or_else(|| RpcError::session_not_found(channel))?
+        // A second try covers a session unloaded between finding it and asking it.
+        for _ in 0..2 {
+            let tx = match mailbox(&self.inner, channel) {
+                Some(tx) => tx,
+                None => {
+                    self.open_for(channel).await?;
+                    mailbox(&self.inner, channel)
+                        .ok_or_else(|| RpcError::session_not_found(channel))?
+                }
+            };
+            let (reply, rx) = oneshot::channel();
+            let _ = tx
+                .send(SessionMsg::Subscribe {
+                    conn: self.id,
+                    channel: channel.to_owned(),
+                    reply,
+                })
+                .await;
+            if let Ok(snap) = rx.await {
+                return serde_json::to_value(snap?).map_err(|e| RpcError::internal(e.to_string()));
             }
-        };
-        let (reply, rx) = oneshot::channel();
-        tx.send(SessionMsg::Subscribe {
-            conn: self.id,
-            channel: channel.to_owned(),
-            reply,
-        })
-        .await
-        .map_err(|_| RpcError::session_not_found(channel))?;
-        let snap = rx
-            .await
-            .map_err(|_| RpcError::session_not_found(channel))??;
-        serde_json::to_value(snap).map_err(|e| RpcError::internal(e.to_string()))
+        }
+        Err(RpcError::session_not_found(channel))
     }
 
     pub(crate) async fn subscribe(&self, id: Value, params: Value) {

@@ -50,3 +50,50 @@ async fn clients_gone_past_the_remembered_time_are_forgotten() {
         "the watcher and the newcomer are remembered, the client gone too long is not"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_sessions_nobody_watches_are_unloaded_past_the_cap_and_come_back() {
+    let agent = ScriptedAgent::new()
+        .with_history("a", 2)
+        .with_history("b", 2);
+    let th = start_with(agent, |b| b.loaded_cap(1)).await;
+    let c = client(&th.url).await;
+    let mut w = Watch::new(&c);
+    let init = c
+        .initialize("browser".into(), vec!["1.0.0".into()], vec!["ahp-root://".into()])
+        .await
+        .unwrap();
+    w.snapshot(&init.snapshots[0]);
+    let chat_a = ahpd_sdk::util::default_chat_uri("mock:/a");
+    let chat_b = ahpd_sdk::util::default_chat_uri("mock:/b");
+
+    let (r, _) = c.subscribe(chat_a.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    c.unsubscribe(chat_a.clone()).await.unwrap();
+    // A request on the same session runs after the unsubscribe: once it is answered, nobody
+    // watches `mock:/a` any more.
+    let _: serde_json::Value = c
+        .request("fetchTurns", json!({"channel": chat_a}))
+        .await
+        .unwrap();
+    assert_eq!(th.host.handle().open_sessions(), vec!["mock:/a"]);
+
+    // Opening a second one goes past the cap of one: the unwatched one is unloaded.
+    let (r, _) = c.subscribe(chat_b.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    w.until(|e| matches!(&e.action, StateAction::RootActiveSessionsChanged(a) if a.active_sessions == 1))
+        .await;
+    assert_eq!(th.host.handle().open_sessions(), vec!["mock:/b"]);
+
+    // It comes back whole when asked for again; a watched session is never unloaded.
+    let (r, _) = c.subscribe(chat_a.clone()).await.unwrap();
+    let snap = r.snapshot.unwrap();
+    let ahp_types::state::SnapshotState::Chat(state) = &snap.state else {
+        panic!("a chat snapshot: {snap:?}");
+    };
+    assert_eq!(state.turns.len(), 2);
+    c.ping().await.unwrap();
+    let mut open = th.host.handle().open_sessions();
+    open.sort();
+    assert_eq!(open, vec!["mock:/a", "mock:/b"]);
+}
