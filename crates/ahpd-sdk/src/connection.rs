@@ -466,7 +466,6 @@ impl Conn {
                 .await;
         }
     }
-
 }
 
 /// Fill in the root channel for root commands that left it out, so typed decoding succeeds.

@@ -350,8 +350,7 @@ impl Hub {
         };
         st.ring_bytes += entry.weight();
         st.ring.push_back(entry);
-        while st.ring.len() > self.capacity
-            || (st.ring_bytes > self.max_bytes && st.ring.len() > 1)
+        while st.ring.len() > self.capacity || (st.ring_bytes > self.max_bytes && st.ring.len() > 1)
         {
             if let Some(old) = st.ring.pop_front() {
                 st.ring_bytes -= old.weight();

@@ -67,7 +67,9 @@ impl Lanes {
 
     /// Whether work queued in the lane has not finished yet.
     pub(crate) fn busy(&self, key: &str) -> bool {
-        self.tails.get(key).is_some_and(|rx| rx.has_changed().is_ok())
+        self.tails
+            .get(key)
+            .is_some_and(|rx| rx.has_changed().is_ok())
     }
 
     /// Queue tail work: it waits for the current tail and becomes the new one.

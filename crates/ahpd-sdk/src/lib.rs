@@ -68,14 +68,11 @@ mod coalesce;
 mod commands;
 mod config;
 mod connection;
-mod handshake;
-mod lanes;
-mod subscribe;
-mod unload;
-mod writer;
 mod dispatch;
 mod filestore;
+mod handshake;
 mod hub;
+mod lanes;
 mod lifecycle;
 mod open;
 mod parked;
@@ -83,7 +80,10 @@ mod remember;
 mod root;
 mod rootdispatch;
 mod session;
+mod subscribe;
 mod summary;
+mod unload;
+mod writer;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -15,8 +15,7 @@ impl Conn {
     /// Open the stored session a channel names unless it is open already, within the request
     /// time limit.
     pub(crate) async fn open_for(&self, channel: &str) -> Result<(), RpcError> {
-        if channel == ROOT || channel.starts_with("x-") || mailbox(&self.inner, channel).is_some()
-        {
+        if channel == ROOT || channel.starts_with("x-") || mailbox(&self.inner, channel).is_some() {
             return Ok(());
         }
         let limit = self.limit();

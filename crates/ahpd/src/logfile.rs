@@ -129,6 +129,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RotatingLog {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -144,7 +145,10 @@ mod tests {
         assert!(read(&path).starts_with(&format!("{:059}", 8)));
         assert!(read(&numbered(&path, 1)).starts_with(&format!("{:059}", 6)));
         assert!(read(&numbered(&path, 2)).starts_with(&format!("{:059}", 4)));
-        assert!(!numbered(&path, 3).exists(), "only two rotated files are kept");
+        assert!(
+            !numbered(&path, 3).exists(),
+            "only two rotated files are kept"
+        );
         for p in [path.clone(), numbered(&path, 1), numbered(&path, 2)] {
             assert!(std::fs::metadata(&p).unwrap().len() <= 120);
             use std::os::unix::fs::PermissionsExt;

@@ -121,7 +121,10 @@ pub fn record_this_daemon(path: &Path, address: &str, detached: bool) -> Result<
         Ok(()) => Ok(true),
         Err(e) if detached => Err(format!("cannot write {}: {e}", path.display())),
         Err(e) => {
-            tracing::warn!("cannot write {}: {e}; status and stop will not see this daemon", path.display());
+            tracing::warn!(
+                "cannot write {}: {e}; status and stop will not see this daemon",
+                path.display()
+            );
             Ok(false)
         }
     }

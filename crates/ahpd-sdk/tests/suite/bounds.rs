@@ -60,7 +60,11 @@ async fn past_sessions_nobody_watches_are_unloaded_past_the_cap_and_come_back() 
     let c = client(&th.url).await;
     let mut w = Watch::new(&c);
     let init = c
-        .initialize("browser".into(), vec!["1.0.0".into()], vec!["ahp-root://".into()])
+        .initialize(
+            "browser".into(),
+            vec!["1.0.0".into()],
+            vec!["ahp-root://".into()],
+        )
         .await
         .unwrap();
     w.snapshot(&init.snapshots[0]);

@@ -26,7 +26,10 @@ async fn a_hung_create_session_leaves_ping_and_other_turns_going_and_times_out()
     assert!(futures::poll!(&mut stuck).is_pending());
 
     let pong = tokio::time::timeout(PATIENCE, c.ping()).await;
-    assert!(matches!(pong, Ok(Ok(_))), "ping answered while createSession hangs");
+    assert!(
+        matches!(pong, Ok(Ok(_))),
+        "ping answered while createSession hangs"
+    );
 
     c.dispatch(chat.clone(), turn_started("t1", "hello"))
         .await
@@ -48,7 +51,11 @@ async fn a_hung_create_session_leaves_ping_and_other_turns_going_and_times_out()
         "the error names the time limit: {text}"
     );
     // The session that could not open is marked failed, not left opening.
-    let snap = th.host.snapshot("mock:/stuck").await.expect("the session still exists");
+    let snap = th
+        .host
+        .snapshot("mock:/stuck")
+        .await
+        .expect("the session still exists");
     let state = serde_json::to_value(&snap.state).expect("encodes");
     assert_eq!(state["lifecycle"], "failed", "{state}");
 }

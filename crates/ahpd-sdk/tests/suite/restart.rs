@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use ahp_types::commands::ReconnectResult;
 use ahp_types::actions::StateAction;
+use ahp_types::commands::ReconnectResult;
 use ahp_types::state::SnapshotState;
 use ahpd_sdk::ports::FileSessionStore;
 use ahpd_sdk::testing::ScriptedAgent;
@@ -98,7 +98,13 @@ async fn a_reconnect_after_a_restart_gets_both_stored_sessions_back() {
             .iter()
             .map(|t| (t.id.as_str(), t.message.text.as_str()))
             .collect();
-        assert_eq!(turns, vec![(format!("turn-{i}").as_str(), format!("question {i}").as_str())]);
+        assert_eq!(
+            turns,
+            vec![(
+                format!("turn-{i}").as_str(),
+                format!("question {i}").as_str()
+            )]
+        );
     }
     // The subscriptions hold: a turn in the reopened session reaches the reconnected client.
     let mut wb = Watch::new(&b);
