@@ -24,6 +24,12 @@ pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_PORT: u16 = 9187;
 /// Default delta coalescing window.
 pub const DEFAULT_DELTA_WINDOW_MS: u64 = 75;
+/// Default `requestTimeoutSec`.
+pub const DEFAULT_REQUEST_TIMEOUT_SEC: u64 = 60;
+/// Default `loadedSessionCap`.
+pub const DEFAULT_LOADED_SESSION_CAP: u64 = 64;
+/// Default `idleUnloadSec`.
+pub const DEFAULT_IDLE_UNLOAD_SEC: u64 = 600;
 
 /// A configuration problem; every one exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +140,12 @@ pub struct Settings {
     pub token: Sourced<TokenSetting>,
     /// Delta coalescing window.
     pub delta_window_ms: Sourced<u64>,
+    /// How long a request may wait on an agent, in seconds.
+    pub request_timeout_sec: Sourced<u64>,
+    /// Unused sessions opened from the store kept open.
+    pub loaded_session_cap: Sourced<u64>,
+    /// Seconds an unused session opened from the store stays open.
+    pub idle_unload_sec: Sourced<u64>,
     /// The `plugins` array of the files.
     pub plugins: Sourced<Vec<PluginEntry>>,
 }
@@ -147,6 +159,9 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         port: Sourced::default(DEFAULT_PORT),
         token: Sourced::default(TokenSetting::Unset),
         delta_window_ms: Sourced::default(DEFAULT_DELTA_WINDOW_MS),
+        request_timeout_sec: Sourced::default(DEFAULT_REQUEST_TIMEOUT_SEC),
+        loaded_session_cap: Sourced::default(DEFAULT_LOADED_SESSION_CAP),
+        idle_unload_sec: Sourced::default(DEFAULT_IDLE_UNLOAD_SEC),
         plugins: Sourced::default(Vec::new()),
     };
     // Token keys across every file, so two of them in the merged result can be named together.
@@ -177,6 +192,17 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         }
         if let Some(v) = layer.delta_window_ms {
             settings.delta_window_ms = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        for (key, v) in layer.limits {
+            let slot = match key {
+                "requestTimeoutSec" => &mut settings.request_timeout_sec,
+                "loadedSessionCap" => &mut settings.loaded_session_cap,
+                _ => &mut settings.idle_unload_sec,
+            };
+            *slot = Sourced {
                 value: v,
                 source: from(),
             };
@@ -326,6 +352,13 @@ impl Settings {
             Value::from(self.delta_window_ms.value),
             &self.delta_window_ms.source,
         );
+        for (key, slot) in [
+            ("requestTimeoutSec", &self.request_timeout_sec),
+            ("loadedSessionCap", &self.loaded_session_cap),
+            ("idleUnloadSec", &self.idle_unload_sec),
+        ] {
+            row(key, Value::from(slot.value), &slot.source);
+        }
         let plugins: Vec<Value> = self
             .plugins
             .value
