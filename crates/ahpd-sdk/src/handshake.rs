@@ -136,9 +136,14 @@ impl Conn {
         self.register_client(&p.client_id, &version);
         // A listed session that is stored but not open (the host restarted, or it was
         // unloaded) is opened now, so it comes back instead of being reported gone.
+        let mut reopened = false;
         for ch in &p.subscriptions {
-            if let Err(e) = self.open_for(ch).await {
-                tracing::debug!(channel = %ch, error = %e.message, "a reconnecting client's channel could not be opened");
+            let live = mailbox(&self.inner, ch).is_some();
+            match self.open_for(ch).await {
+                Ok(()) => reopened |= !live && mailbox(&self.inner, ch).is_some(),
+                Err(e) => {
+                    tracing::debug!(channel = %ch, error = %e.message, "a reconnecting client's channel could not be opened")
+                }
             }
         }
         self.inner.hub.hold(self.id);
@@ -160,14 +165,16 @@ impl Conn {
         }
         let set: HashSet<&str> = existing.iter().copied().collect();
         let last_seen = u64::try_from(p.last_seen_server_seq).unwrap_or(u64::MAX);
+        // A session read back from the store is rebuilt (a new page cursor, say), so what the
+        // client holds of it cannot be brought up to date by envelopes: snapshots instead.
         let replay = match known_version {
-            Some(_) => self.inner.hub.replay_and_subscribe(
+            Some(_) if !reopened => self.inner.hub.replay_and_subscribe(
                 self.id,
                 last_seen,
                 &set,
                 version.starts_with("0."),
             ),
-            None => Replay::TooOld,
+            _ => Replay::TooOld,
         };
         let result = match replay {
             Replay::Actions(actions) => {
