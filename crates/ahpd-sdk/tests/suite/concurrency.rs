@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use super::support::*;
 
 #[tokio::test]
-async fn a_hung_create_session_leaves_ping_and_other_turns_going_and_times_out() {
+async fn a_hung_create_session_leaves_ping_turns_and_cancels_going_and_times_out() {
     let agent = ScriptedAgent::new().hanging_create_for(&["mock:/stuck"]);
     // Long enough that the rest of the test runs while the create hangs.
-    let th = start_with(agent, |b| b.request_timeout(Duration::from_secs(6))).await;
+    let th = start_with(agent, |b| b.request_timeout(Duration::from_secs(10))).await;
     let c = client(&th.url).await;
     let live = "mock:/live";
     let chat = ahpd_sdk::util::default_chat_uri(live);
@@ -36,6 +36,20 @@ async fn a_hung_create_session_leaves_ping_and_other_turns_going_and_times_out()
         .expect("dispatch");
     w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == "t1"))
         .await;
+    // A cancel goes through too.
+    c.dispatch(chat.clone(), turn_started("t2", "hang"))
+        .await
+        .expect("dispatch");
+    w.until(|e| matches!(&e.action, StateAction::ChatTurnStarted(a) if a.turn_id == "t2"))
+        .await;
+    let cancel: StateAction =
+        serde_json::from_value(json!({"type": "chat/turnCancelled", "turnId": "t2"}))
+            .expect("a cancel");
+    c.dispatch(chat.clone(), cancel).await.expect("dispatch");
+    let env = w
+        .until(|e| matches!(&e.action, StateAction::ChatTurnCancelled(a) if a.turn_id == "t2"))
+        .await;
+    assert!(env.rejection_reason.is_none(), "{env:?}");
     assert!(
         futures::poll!(&mut stuck).is_pending(),
         "the hung createSession is still waiting after the other session's turn ended"
@@ -47,7 +61,7 @@ async fn a_hung_create_session_leaves_ping_and_other_turns_going_and_times_out()
         .expect_err("a hung createSession is an error");
     let text = format!("{err:?}");
     assert!(
-        text.contains("within 6 s"),
+        text.contains("within 10 s"),
         "the error names the time limit: {text}"
     );
     // The session that could not open is marked failed, not left opening.
