@@ -55,8 +55,9 @@ pub struct HostOptions {
     /// session, `listSessions`, `resourceRead`, ...) may take before it is answered with an
     /// error; an agent's opening of a backend is given up after it too. Default: 60 s.
     pub request_timeout: Duration,
-    /// Most sessions opened from the store (or failed) kept open while unused; past it the
-    /// least recently used unused ones are unloaded. Default: 64.
+    /// Most unused sessions kept open (nobody subscribed, no active client, nothing running;
+    /// a session created in this run counts once the agent's store has it); past it the least
+    /// recently used are unloaded. Default: 64.
     pub loaded_cap: usize,
     /// How long such a session may stay unused before it is unloaded. Default: 10 min.
     pub idle_unload: Duration,

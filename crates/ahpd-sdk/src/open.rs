@@ -212,7 +212,10 @@ pub(crate) async fn create(
         .await
         .map_err(|_| RpcError::internal("the session stopped while starting"))?;
     match &result {
-        Ok(()) => tracing::info!(session = %uri, "session created"),
+        Ok(()) => {
+            tracing::info!(session = %uri, "session created");
+            crate::unload::soon(inner);
+        }
         Err(e) => tracing::info!(session = %uri, error = %e.message, "session creation failed"),
     }
     result
@@ -337,6 +340,32 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         };
     }
     Err(RpcError::session_not_found(channel))
+}
+
+/// Whether [`open_past`] would find the conversation a session URI names in an agent's store,
+/// so a session unloaded now can be opened again.
+pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
+    let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+    let (scheme, id) = match remembered {
+        Some(r) => (r.provider, r.backend_id),
+        None => (
+            uri.split_once(':')
+                .map(|(s, _)| s.to_owned())
+                .unwrap_or_default(),
+            backend_id_of(uri).unwrap_or_default(),
+        ),
+    };
+    if id.is_empty() {
+        return false;
+    }
+    for agent in inner.agents() {
+        if (scheme == "ahp-session" || agent.descriptor().provider == scheme)
+            && agent.find(&id).await.is_some()
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// `disposeSession` (§7.4).

@@ -1,9 +1,10 @@
 //! Unloading sessions nobody uses, so a host that runs for months holds only what its clients
-//! look at. A session opened from the store for browsing, or one whose creation failed, is
-//! unloaded once no connection subscribes to it or its chats and nothing runs in it: when more
-//! than `loaded_cap` such sessions are open (least recently used first), or when one has not
-//! been used for `idle_unload`. It stays in the catalogue (it is stored), and a later
-//! `subscribe` or `reconnect` opens it again.
+//! look at. A session is unloaded once no connection subscribes to it or its chats, no client
+//! is active in it and nothing runs in it, when more than `loaded_cap` such sessions are open
+//! (least recently used first) or when it has not been used for `idle_unload`. Sessions
+//! opened from the store and failed ones qualify as they are; one created in this run only
+//! once the agent's store has its conversation. It stays in the catalogue, and a later
+//! `subscribe` or `reconnect` opens it again from the store.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ impl Actor {
         let busy = self.start_reply.is_some()
             || !self.pending.is_empty()
             || !self.parked.is_empty()
+            || !self.state.active_clients.is_empty()
             || self.chats.values().any(|c| {
                 c.state.active_turn.is_some() || matches!(c.backend, Backend::Creating(_))
             });
@@ -68,29 +70,34 @@ async fn ask(inner: &HostInner, uri: &str) -> bool {
     rx.await.unwrap_or(false)
 }
 
-/// The unloadable sessions (opened from the store, or failed), least recently used first.
-fn candidates(inner: &HostInner) -> Vec<(String, Instant)> {
+/// Sessions that may be unloaded, least recently used first: opened from the store or
+/// failed (`true`), or created in this run and ready (`false`: unloaded only once the agent's
+/// store has their conversation, so they can come back).
+fn candidates(inner: &HostInner) -> Vec<(String, Instant, bool)> {
     let Ok(reg) = inner.registry.lock() else {
         return Vec::new();
     };
-    let mut out: Vec<(String, Instant)> = reg
+    let mut out: Vec<(String, Instant, bool)> = reg
         .sessions
         .iter()
-        .filter(|(_, e)| e.unloadable)
-        .map(|(uri, e)| (uri.clone(), e.used_at()))
+        .filter(|(_, e)| e.unloadable || e.summary.is_some())
+        .map(|(uri, e)| (uri.clone(), e.used_at(), e.unloadable))
         .collect();
-    out.sort_by_key(|(_, t)| *t);
+    out.sort_by_key(|(_, t, _)| *t);
     out
 }
 
 /// Unload the least recently used unloadable sessions past the cap, and any idle too long.
-pub(crate) async fn sweep(inner: &HostInner) {
+pub(crate) async fn sweep(inner: &Arc<HostInner>) {
     let cap = inner.options.loaded_cap;
     let idle = inner.options.idle_unload;
     let list = candidates(inner);
     let mut over = list.len().saturating_sub(cap);
-    for (uri, used) in list {
+    for (uri, used, stored) in list {
         if over == 0 && used.elapsed() < idle {
+            continue;
+        }
+        if !stored && !crate::open::reopenable(inner, &uri).await {
             continue;
         }
         if ask(inner, &uri).await {

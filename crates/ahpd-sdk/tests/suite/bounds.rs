@@ -101,3 +101,61 @@ async fn past_sessions_nobody_watches_are_unloaded_past_the_cap_and_come_back() 
     open.sort();
     assert_eq!(open, vec!["mock:/a", "mock:/b"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_session_left_alone_is_unloaded_once_stored_and_comes_back() {
+    let th = start_with(ScriptedAgent::new(), |b| b.loaded_cap(1)).await;
+    let c = client(&th.url).await;
+    let mut w = Watch::new(&c);
+    let init = c
+        .initialize(
+            "maker".into(),
+            vec!["1.0.0".into()],
+            vec!["ahp-root://".into()],
+        )
+        .await
+        .unwrap();
+    w.snapshot(&init.snapshots[0]);
+    let x = "mock:/left";
+    let chat_x = ahpd_sdk::util::default_chat_uri(x);
+    let _: serde_json::Value = c
+        .request("createSession", json!({"channel": x}))
+        .await
+        .unwrap();
+    let (r, _) = c.subscribe(chat_x.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    c.dispatch(chat_x.clone(), turn_started("t", "hello"))
+        .await
+        .unwrap();
+    w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(_)))
+        .await;
+    c.unsubscribe(chat_x.clone()).await.unwrap();
+    let _: serde_json::Value = c
+        .request("fetchTurns", json!({"channel": chat_x}))
+        .await
+        .unwrap();
+
+    // A second session takes the one place: the first, stored and unwatched, is unloaded.
+    // (The second has no conversation in the store yet, so it stays.)
+    let _: serde_json::Value = c
+        .request("createSession", json!({"channel": "mock:/new"}))
+        .await
+        .unwrap();
+    w.until(|e| matches!(&e.action, StateAction::RootActiveSessionsChanged(a) if a.active_sessions == 2))
+        .await;
+    w.until(|e| matches!(&e.action, StateAction::RootActiveSessionsChanged(a) if a.active_sessions == 1))
+        .await;
+    assert_eq!(th.host.handle().open_sessions(), vec!["mock:/new"]);
+
+    let (r, _) = c.subscribe(chat_x.clone()).await.unwrap();
+    let snap = r.snapshot.unwrap();
+    let ahp_types::state::SnapshotState::Chat(state) = &snap.state else {
+        panic!("a chat snapshot: {snap:?}");
+    };
+    let turns: Vec<&str> = state
+        .turns
+        .iter()
+        .map(|t| t.message.text.as_str())
+        .collect();
+    assert_eq!(turns, vec!["hello"]);
+}
