@@ -392,6 +392,11 @@ impl Actor {
                 let _ = reply.send(());
                 return true;
             }
+            SessionMsg::Unload { reply } => {
+                let done = self.unload().await;
+                let _ = reply.send(done);
+                return done;
+            }
             SessionMsg::BackendReady { chat, result } => self.backend_ready(chat, result),
             SessionMsg::ClientToolTimeout { entry } => self.client_tool_timeout(&entry),
         }

@@ -13,7 +13,7 @@ use crate::ports::ConnInfo;
 use crate::session::{SessionMsg, mailbox};
 
 impl Conn {
-    pub(crate) async fn command(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+    pub(crate) async fn command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
             "listSessions" => {
                 to_json(crate::catalogue::list(&self.inner, decode(method, params)?).await)

@@ -422,11 +422,16 @@ impl Actor {
                 if active.is_some() {
                     return Err("a turn is running; stop it before truncating".into());
                 }
+                let (in_window, stored) = match (&a.turn_id, self.chats.get(chat)) {
+                    (Some(t), Some(c)) => (
+                        c.state.turns.iter().any(|x| &x.id == t),
+                        c.older.iter().any(|x| &x.id == t),
+                    ),
+                    _ => (true, false),
+                };
                 if let Some(t) = &a.turn_id
-                    && !self
-                        .chats
-                        .get(chat)
-                        .is_some_and(|c| c.state.turns.iter().any(|x| &x.id == t))
+                    && !in_window
+                    && !stored
                 {
                     return Err(format!("this chat has no turn {t}"));
                 }
@@ -435,6 +440,17 @@ impl Actor {
                     Some(Ok(())) => {}
                     Some(Err(r)) => return Err(r.0),
                     None => return Err("the agent is not available to rewind this chat".into()),
+                }
+                if turn.is_none()
+                    && let Some(slot) = self.chats.get_mut(chat)
+                {
+                    // Everything goes, the pages not loaded yet too.
+                    slot.older.clear();
+                } else if !in_window {
+                    // The turn is on an older page: load pages (every client sees them
+                    // arrive, as for fetchTurns) until it is in the window, so the reducer
+                    // can cut after it.
+                    self.load_through(chat, turn.as_deref().unwrap_or_default());
                 }
                 self.apply_chat(chat, action, Some(origin));
                 Ok(())
@@ -480,6 +496,21 @@ impl Actor {
             client_id: None,
         };
         self.begin(chat, req);
+    }
+
+    /// Load older pages into a chat's window until `turn_id` is in it (or none are left).
+    pub(crate) fn load_through(&mut self, chat: &Arc<str>, turn_id: &str) {
+        loop {
+            let Some(slot) = self.chats.get(chat) else {
+                return;
+            };
+            if slot.state.turns.iter().any(|t| t.id == turn_id) || slot.older.is_empty() {
+                return;
+            }
+            if self.fetch_turns(chat, None).is_err() {
+                return;
+            }
+        }
     }
 
     /// `fetchTurns` (§7.7): publish `chat/turnsLoaded` before the reply.

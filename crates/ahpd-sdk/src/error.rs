@@ -73,6 +73,18 @@ impl RpcError {
         Self::new(codes::INTERNAL_ERROR, message)
     }
 
+    /// `-32603`: a request waited on an agent or a port longer than the host allows.
+    pub fn timed_out(what: &str, limit: std::time::Duration) -> Self {
+        Self::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "{what} did not finish within {}; the host stopped waiting",
+                crate::util::human_duration(limit)
+            ),
+        )
+        .with_data(serde_json::json!({"timeoutMs": limit.as_millis() as u64}))
+    }
+
     /// `-32001`: no such session or chat.
     pub fn session_not_found(uri: &str) -> Self {
         Self::new(

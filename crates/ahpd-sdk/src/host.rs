@@ -31,6 +31,9 @@ pub struct HostOptions {
     pub delta_window: Duration,
     /// Envelopes kept for `reconnect` replay. Default: 10,000.
     pub replay_capacity: usize,
+    /// Bytes the replay ring may hold (envelope texts plus 64 bytes each); the oldest go
+    /// first when either bound is passed. Default: 16 MiB.
+    pub replay_bytes: usize,
     /// Frames queued per connection before it is closed as stalled. Default: 4,096.
     pub outbound_queue: usize,
     /// Largest inbound frame or line in bytes. Default: 16 MiB.
@@ -43,10 +46,21 @@ pub struct HostOptions {
     pub list_cap: usize,
     /// How long a dropped client stays in `activeClients`. Default: 30 s.
     pub active_client_grace: Duration,
-    /// How long a disconnected client id is remembered for `reconnect`. Default: 10 min.
+    /// How long a disconnected client id is remembered for `reconnect`, with the tokens it
+    /// pushed; expired ones are dropped at the next handshake. Default: 10 min.
     pub known_client_ttl: Duration,
     /// How long a client-run tool call may take; zero waits forever. Default: 10 min.
     pub client_tool_timeout: Duration,
+    /// How long a request that waits on an agent or a port (`createSession`, opening a stored
+    /// session, `listSessions`, `resourceRead`, ...) may take before it is answered with an
+    /// error; an agent's opening of a backend is given up after it too. Default: 60 s.
+    pub request_timeout: Duration,
+    /// Most unused sessions kept open (nobody subscribed, no active client, nothing running;
+    /// a session created in this run counts once the agent's store has it); past it the least
+    /// recently used are unloaded. Default: 64.
+    pub loaded_cap: usize,
+    /// How long such a session may stay unused before it is unloaded. Default: 10 min.
+    pub idle_unload: Duration,
     /// `RootState._meta`. Default: none.
     pub root_meta: Option<JsonObject>,
     /// `InitializeResult._meta`. Default: none.
@@ -64,6 +78,7 @@ impl Default for HostOptions {
             },
             delta_window: Duration::from_millis(75),
             replay_capacity: 10_000,
+            replay_bytes: 16 * 1024 * 1024,
             outbound_queue: 4_096,
             max_frame_bytes: 16 * 1024 * 1024,
             write_timeout: Duration::from_secs(10),
@@ -72,6 +87,9 @@ impl Default for HostOptions {
             active_client_grace: Duration::from_secs(30),
             known_client_ttl: Duration::from_secs(600),
             client_tool_timeout: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(60),
+            loaded_cap: 64,
+            idle_unload: Duration::from_secs(600),
             root_meta: None,
             initialize_meta: None,
         }
@@ -140,6 +158,25 @@ impl HostBuilder {
         self
     }
 
+    /// Set how many unused sessions opened from the store stay open (see
+    /// [`HostOptions::loaded_cap`]).
+    pub fn loaded_cap(mut self, n: usize) -> Self {
+        self.options.loaded_cap = n;
+        self
+    }
+
+    /// Set how long an unused session opened from the store stays open.
+    pub fn idle_unload(mut self, d: Duration) -> Self {
+        self.options.idle_unload = d;
+        self
+    }
+
+    /// Set how many bytes the replay ring may hold (see [`HostOptions::replay_bytes`]).
+    pub fn replay_bytes(mut self, n: usize) -> Self {
+        self.options.replay_bytes = n;
+        self
+    }
+
     /// Set the per-connection outbound queue size.
     pub fn outbound_queue(mut self, n: usize) -> Self {
         self.options.outbound_queue = n;
@@ -176,9 +213,22 @@ impl HostBuilder {
         self
     }
 
+    /// Set how long a disconnected client id is remembered (and its pushed tokens kept).
+    pub fn known_client_ttl(mut self, d: Duration) -> Self {
+        self.options.known_client_ttl = d;
+        self
+    }
+
     /// Set how long a client-run tool call may take (zero: forever).
     pub fn client_tool_timeout(mut self, d: Duration) -> Self {
         self.options.client_tool_timeout = d;
+        self
+    }
+
+    /// Set how long a request waiting on an agent or a port may take (see
+    /// [`HostOptions::request_timeout`]); zero is taken as one millisecond.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.options.request_timeout = d;
         self
     }
 
@@ -232,7 +282,7 @@ impl HostBuilder {
                 }
             }
         }
-        let hub = Hub::new(self.options.replay_capacity);
+        let hub = Hub::new(self.options.replay_capacity, self.options.replay_bytes);
         let shutdown = CancellationToken::new();
         let store = self
             .session_store
@@ -265,6 +315,7 @@ impl HostBuilder {
             if handle.inner.store.is_some() {
                 tokio::spawn(crate::remember::prune(handle.inner.clone()));
             }
+            tokio::spawn(crate::unload::run(Arc::downgrade(&handle.inner)));
         }
         Ok(Host { handle })
     }
@@ -415,6 +466,31 @@ impl HostHandle {
             high_water,
             closed_full,
         }
+    }
+
+    /// How many client ids the host remembers and for how many it keeps pushed tokens.
+    pub fn client_table_sizes(&self) -> (usize, usize) {
+        let known = self.inner.known.lock().map(|k| k.len()).unwrap_or(0);
+        let creds = self.inner.credentials.lock().map(|c| c.len()).unwrap_or(0);
+        (known, creds)
+    }
+
+    /// The session URIs open now (created, or opened from the store and not unloaded).
+    pub fn open_sessions(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .inner
+            .registry
+            .lock()
+            .map(|r| r.sessions.keys().cloned().collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The replay ring's envelope count and weight in bytes, to check them against
+    /// [`HostOptions::replay_capacity`] and [`HostOptions::replay_bytes`].
+    pub fn replay_ring_usage(&self) -> (usize, usize) {
+        self.inner.hub.ring_usage()
     }
 
     /// A snapshot of a channel (root, session or chat), as a fresh subscriber would get it.

@@ -44,7 +44,10 @@ struct ConnEntry {
     tx: mpsc::Sender<Frame>,
     kill: Arc<KillSwitch>,
     legacy: bool,
-    held: Option<Vec<Frame>>,
+    /// Requests of this connection building a reply that registers subscriptions; while any
+    /// is, frames wait in `held` (several may run at once, see `connection`).
+    holds: usize,
+    held: Vec<Frame>,
 }
 
 struct RingEntry {
@@ -54,12 +57,22 @@ struct RingEntry {
     one_zero_only: bool,
 }
 
+impl RingEntry {
+    /// The envelope text plus a fixed share for the entry and its allocation; the channel
+    /// name is shared with the subscription table, so it is not counted again.
+    fn weight(&self) -> usize {
+        self.envelope.len() + 64
+    }
+}
+
 #[derive(Default)]
 struct HubState {
     seq: u64,
     conns: HashMap<u64, ConnEntry>,
     subs: HashMap<Arc<str>, HashSet<u64>>,
     ring: VecDeque<RingEntry>,
+    /// What the ring's entries weigh (see [`RingEntry::weight`]).
+    ring_bytes: usize,
 }
 
 /// What [`Hub::replay`] found.
@@ -73,6 +86,7 @@ pub(crate) enum Replay {
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     capacity: usize,
+    max_bytes: usize,
     /// The deepest any outbound queue has been right after an enqueue (for benchmarks and
     /// operators; one relaxed load per frame, a write only when the mark rises).
     queue_high_water: AtomicUsize,
@@ -146,10 +160,13 @@ pub(crate) fn notification_frame(method: &str, params: &Value) -> Frame {
 }
 
 impl Hub {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A hub whose replay ring keeps at most `capacity` envelopes weighing at most
+    /// `max_bytes` together (the newest envelope is always kept).
+    pub(crate) fn new(capacity: usize, max_bytes: usize) -> Self {
         Self {
             state: Mutex::new(HubState::default()),
             capacity: capacity.max(1),
+            max_bytes,
             queue_high_water: AtomicUsize::new(0),
             full_closes: AtomicU64::new(0),
         }
@@ -172,7 +189,8 @@ impl Hub {
                 tx,
                 kill,
                 legacy: false,
-                held: None,
+                holds: 0,
+                held: Vec::new(),
             },
         );
     }
@@ -235,6 +253,11 @@ impl Hub {
     }
 
     /// Drop every subscription to a channel (the channel is gone).
+    /// Whether any connection subscribes to the channel.
+    pub(crate) fn has_subscribers(&self, channel: &str) -> bool {
+        self.lock().subs.get(channel).is_some_and(|s| !s.is_empty())
+    }
+
     pub(crate) fn drop_channel(&self, channel: &str) {
         self.lock().subs.remove(channel);
     }
@@ -249,10 +272,14 @@ impl Hub {
     }
 
     fn push(&self, entry: &mut ConnEntry, frame: &Frame) {
-        if let Some(held) = entry.held.as_mut() {
-            held.push(frame.clone());
+        if entry.holds > 0 {
+            entry.held.push(frame.clone());
             return;
         }
+        self.enqueue(entry, frame);
+    }
+
+    fn enqueue(&self, entry: &mut ConnEntry, frame: &Frame) {
         match entry.tx.try_send(frame.clone()) {
             Ok(()) => {
                 let depth = entry.tx.max_capacity() - entry.tx.capacity();
@@ -315,14 +342,19 @@ impl Hub {
             }
             None => Arc::from(channel),
         };
-        st.ring.push_back(RingEntry {
+        let entry = RingEntry {
             seq,
             channel: key,
             envelope,
             one_zero_only: legacy_hidden,
-        });
-        while st.ring.len() > self.capacity {
-            st.ring.pop_front();
+        };
+        st.ring_bytes += entry.weight();
+        st.ring.push_back(entry);
+        while st.ring.len() > self.capacity || (st.ring_bytes > self.max_bytes && st.ring.len() > 1)
+        {
+            if let Some(old) = st.ring.pop_front() {
+                st.ring_bytes -= old.weight();
+            }
         }
         seq
     }
@@ -375,21 +407,23 @@ impl Hub {
     /// Start holding envelopes for a connection while a reply that registers subscriptions is
     /// being built.
     pub(crate) fn hold(&self, conn: u64) {
-        if let Some(c) = self.lock().conns.get_mut(&conn)
-            && c.held.is_none()
-        {
-            c.held = Some(Vec::new());
+        if let Some(c) = self.lock().conns.get_mut(&conn) {
+            c.holds += 1;
         }
     }
 
-    /// Write the reply, then everything held back, in order.
+    /// Write the reply ahead of everything held back; once no other request of the connection
+    /// holds, write what was held, in order. Frames held for another request's channels stay
+    /// behind its reply, so no envelope overtakes the snapshot it builds on.
     pub(crate) fn release(&self, conn: u64, reply: Frame) {
         let mut st = self.lock();
         if let Some(c) = st.conns.get_mut(&conn) {
-            let held = c.held.take().unwrap_or_default();
-            self.push(c, &reply);
-            for frame in held {
-                self.push(c, &frame);
+            c.holds = c.holds.saturating_sub(1);
+            self.enqueue(c, &reply);
+            if c.holds == 0 {
+                for frame in std::mem::take(&mut c.held) {
+                    self.enqueue(c, &frame);
+                }
             }
         }
     }
@@ -416,6 +450,12 @@ impl Hub {
             }
         }
         found
+    }
+
+    /// The replay ring's length and weight in bytes.
+    pub(crate) fn ring_usage(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.ring.len(), st.ring_bytes)
     }
 
     /// Envelopes after `last_seen` on the given channels, or `TooOld` when the ring has lost
@@ -488,7 +528,7 @@ mod tests {
 
     #[test]
     fn full_queue_kills_only_that_connection() {
-        let hub = Hub::new(8);
+        let hub = Hub::new(8, usize::MAX);
         let (tx_a, mut rx_a) = mpsc::channel(16);
         let (tx_b, _rx_b) = mpsc::channel(1);
         let kill_a = Arc::new(KillSwitch::default());
@@ -514,7 +554,7 @@ mod tests {
 
     #[test]
     fn replay_detects_a_ring_that_no_longer_reaches() {
-        let hub = Hub::new(2);
+        let hub = Hub::new(2, usize::MAX);
         for n in 0..5 {
             hub.publish("ahp-root://", &action(n), None);
         }
@@ -526,5 +566,29 @@ mod tests {
         }
         assert!(matches!(hub.replay(5, &chans, false), Replay::Actions(a) if a.is_empty()));
         assert!(matches!(hub.replay(6, &chans, false), Replay::TooOld));
+    }
+
+    #[test]
+    fn the_ring_is_bounded_in_bytes_as_well_as_in_count() {
+        let one = {
+            let hub = Hub::new(100, usize::MAX);
+            hub.publish("ahp-root://", &action(1), None);
+            hub.ring_usage().1
+        };
+        // Room for three envelopes of this size, though the count would allow a hundred.
+        let hub = Hub::new(100, one * 3 + one / 2);
+        for n in 0..10 {
+            hub.publish("ahp-root://", &action(n), None);
+            assert!(hub.ring_usage().1 <= one * 3 + one / 2);
+        }
+        assert_eq!(hub.ring_usage().0, 3);
+        let chans: HashSet<&str> = ["ahp-root://"].into_iter().collect();
+        assert!(matches!(hub.replay(6, &chans, false), Replay::TooOld));
+        assert!(matches!(hub.replay(7, &chans, false), Replay::Actions(a) if a.len() == 3));
+        // One envelope heavier than the whole bound is still kept, alone.
+        let tiny = Hub::new(100, 1);
+        tiny.publish("ahp-root://", &action(1), None);
+        tiny.publish("ahp-root://", &action(2), None);
+        assert_eq!(tiny.ring_usage().0, 1);
     }
 }

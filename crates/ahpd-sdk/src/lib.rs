@@ -70,7 +70,9 @@ mod config;
 mod connection;
 mod dispatch;
 mod filestore;
+mod handshake;
 mod hub;
+mod lanes;
 mod lifecycle;
 mod open;
 mod parked;
@@ -78,7 +80,10 @@ mod remember;
 mod root;
 mod rootdispatch;
 mod session;
+mod subscribe;
 mod summary;
+mod unload;
+mod writer;
 
 #[cfg(feature = "testing")]
 pub mod testing;

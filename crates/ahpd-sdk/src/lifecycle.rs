@@ -71,13 +71,29 @@ impl Actor {
         };
         let agent = self.agent.clone();
         let tx = self.self_tx.clone();
+        let limit = self
+            .inner
+            .options
+            .request_timeout
+            .max(std::time::Duration::from_millis(1));
         tokio::spawn(async move {
             let job = tokio::spawn(async move { agent.create(start).await });
-            let result = match job.await {
-                Ok(r) => r,
-                Err(_) => Err(AgentError::Failed(
+            let abort = job.abort_handle();
+            // A hung agent would otherwise leave the chat opening forever, with every turn
+            // and held dispatch waiting behind it.
+            let result = match tokio::time::timeout(limit, job).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(AgentError::Failed(
                     "the agent failed while opening the session".into(),
                 )),
+                Err(_) => {
+                    abort.abort();
+                    tracing::warn!(chat = %chat, "the agent did not open the chat in time");
+                    Err(AgentError::Failed(format!(
+                        "the agent did not open the session within {}",
+                        crate::util::human_duration(limit)
+                    )))
+                }
             };
             if let Some(tx) = tx.upgrade() {
                 let _ = tx.send(SessionMsg::BackendReady { chat, result }).await;
@@ -189,6 +205,12 @@ impl Actor {
                     },
                 });
                 self.apply_session(&action, None);
+                // A failed session only shows its error: it may go once nobody looks at it.
+                if let Ok(mut reg) = self.inner.registry.lock()
+                    && let Some(e) = reg.sessions.get_mut(&*self.uri)
+                {
+                    e.unloadable = true;
+                }
                 if let Some(token) = &progress {
                     self.progress(conn.id, token, 1);
                 }

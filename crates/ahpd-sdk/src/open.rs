@@ -131,6 +131,8 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
             provider: descriptor.provider,
             backend_id: init.backend_id,
             summary: actor.catalogue.clone(),
+            unloadable: init.ready,
+            used: std::sync::Mutex::new(std::time::Instant::now()),
         },
     );
     reg.chats.insert(default_chat, init.uri);
@@ -206,8 +208,17 @@ pub(crate) async fn create(
     })
     .await
     .map_err(|_| RpcError::internal("the session stopped while starting"))?;
-    rx.await
-        .map_err(|_| RpcError::internal("the session stopped while starting"))?
+    let result = rx
+        .await
+        .map_err(|_| RpcError::internal("the session stopped while starting"))?;
+    match &result {
+        Ok(()) => {
+            tracing::info!(session = %uri, "session created");
+            crate::unload::soon(inner);
+        }
+        Err(e) => tracing::info!(session = %uri, error = %e.message, "session creation failed"),
+    }
+    result
 }
 
 /// Open a past conversation named by a session URI (or a default chat URI of one). Returns
@@ -318,13 +329,43 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             agent,
         };
         return match spawn(inner, init) {
-            Ok(_) => Ok(session_uri),
+            Ok(_) => {
+                tracing::info!(session = %session_uri, "session opened from the store");
+                crate::unload::soon(inner);
+                Ok(session_uri)
+            }
             // Opened meanwhile by another request: use it.
             Err(e) if e.code == codes::SESSION_ALREADY_EXISTS => Ok(session_uri),
             Err(e) => Err(e),
         };
     }
     Err(RpcError::session_not_found(channel))
+}
+
+/// Whether [`open_past`] would find the conversation a session URI names in an agent's store,
+/// so a session unloaded now can be opened again.
+pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
+    let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+    let (scheme, id) = match remembered {
+        Some(r) => (r.provider, r.backend_id),
+        None => (
+            uri.split_once(':')
+                .map(|(s, _)| s.to_owned())
+                .unwrap_or_default(),
+            backend_id_of(uri).unwrap_or_default(),
+        ),
+    };
+    if id.is_empty() {
+        return false;
+    }
+    for agent in inner.agents() {
+        if (scheme == "ahp-session" || agent.descriptor().provider == scheme)
+            && agent.find(&id).await.is_some()
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// `disposeSession` (§7.4).
@@ -394,5 +435,6 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
         let count = inner.registry.lock().map(|r| r.live_count()).unwrap_or(0);
         root::publish_active_sessions(inner, count);
     }
+    tracing::info!(session = %uri, "session disposed");
     Ok(())
 }

@@ -76,6 +76,11 @@ pub(crate) enum SessionMsg {
     Dispose {
         reply: oneshot::Sender<()>,
     },
+    /// Close and leave the registry if nothing uses the session (see `unload`); answers
+    /// whether it did.
+    Unload {
+        reply: oneshot::Sender<bool>,
+    },
     BackendReady {
         chat: Arc<str>,
         result: Result<Box<dyn Session>, AgentError>,
@@ -92,6 +97,20 @@ pub(crate) struct SessionEntry {
     pub backend_id: String,
     /// The catalogue row, once the session is ready.
     pub summary: Option<SessionSummary>,
+    /// Opened from the store, or failed to start: unloaded when unused (see `unload`).
+    pub unloadable: bool,
+    /// When a client last reached it through the registry.
+    pub used: std::sync::Mutex<std::time::Instant>,
+}
+
+impl SessionEntry {
+    pub(crate) fn used_at(&self) -> std::time::Instant {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
 }
 
 #[derive(Default)]
@@ -123,7 +142,10 @@ impl Registry {
 /// The mailbox of the session serving `channel` (a session or chat URI), if it is open.
 pub(crate) fn mailbox(inner: &HostInner, channel: &str) -> Option<mpsc::Sender<SessionMsg>> {
     let reg = inner.registry.lock().ok()?;
-    reg.session_for(channel).map(|(_, e)| e.tx.clone())
+    reg.session_for(channel).map(|(_, e)| {
+        e.touch();
+        e.tx.clone()
+    })
 }
 
 /// The backend id a session URI names: the part after `<scheme>:` without leading slashes.

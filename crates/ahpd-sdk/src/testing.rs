@@ -95,6 +95,8 @@ pub struct ScriptedAgent {
     opens: Arc<Mutex<Vec<Opened>>>,
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
     fail_resume: bool,
+    hang_creates: Arc<Vec<String>>,
+    rewinds: bool,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -144,6 +146,19 @@ impl ScriptedAgent {
     /// Fail every attempt to open a stored conversation (`SessionStart.resume` set).
     pub fn failing_resume(mut self) -> Self {
         self.fail_resume = true;
+        self
+    }
+
+    /// Never finish opening a backend for these session URIs (`Agent::create` stays pending),
+    /// as a hung agent would.
+    pub fn hanging_create_for(mut self, session_uris: &[&str]) -> Self {
+        self.hang_creates = Arc::new(session_uris.iter().map(|s| (*s).to_owned()).collect());
+        self
+    }
+
+    /// Let its chats rewind (`chat/truncated`): the stored transcript is cut after the turn.
+    pub fn rewinding(mut self) -> Self {
+        self.rewinds = true;
         self
     }
 
@@ -255,6 +270,9 @@ impl Agent for ScriptedAgent {
         if let Ok(mut o) = self.opens.lock() {
             o.push((start.chat_uri.clone(), start.resume.clone()));
         }
+        if self.hang_creates.contains(&start.session_uri) {
+            std::future::pending::<()>().await;
+        }
         if self.fail_resume && start.resume.is_some() {
             return Err(AgentError::Failed(
                 "the stored conversation could not be read".into(),
@@ -271,6 +289,7 @@ impl Agent for ScriptedAgent {
             runs: HashMap::new(),
             store: self.store.clone(),
             configured: self.configured.clone(),
+            rewinds: self.rewinds,
         }))
     }
 
@@ -305,6 +324,7 @@ struct ScriptedSession {
     runs: HashMap<String, tokio::task::JoinHandle<()>>,
     store: Arc<Mutex<HashMap<String, Stored>>>,
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
+    rewinds: bool,
 }
 
 fn md(turn: &str, part: &str) -> StateAction {
@@ -523,10 +543,23 @@ impl Session for ScriptedSession {
         let ctx = self.ctx.clone();
         let id = turn.turn_id.clone();
         if let Ok(mut s) = self.store.lock() {
-            s.entry(self.id.clone()).or_insert_with(|| Stored {
+            let stored = s.entry(self.id.clone()).or_insert_with(|| Stored {
                 title: crate::util::title_from(&turn.message.text),
                 turns: Vec::new(),
             });
+            // The transcript keeps each turn's message, stored as it begins (not its reply),
+            // so a conversation read back after a restart has its turns.
+            if !stored.turns.iter().any(|t| t.id == turn.turn_id) {
+                stored.turns.push(Turn {
+                    id: turn.turn_id.clone(),
+                    started_at: Some(crate::util::now_iso()),
+                    duration: Some(1),
+                    message: turn.message.clone(),
+                    response_parts: Vec::new(),
+                    usage: None,
+                    state: TurnState::Complete,
+                });
+            }
         }
         let h = tokio::spawn(run_script(ctx, turn.turn_id, turn.message.text, false));
         self.runs.insert(id, h);
@@ -541,6 +574,24 @@ impl Session for ScriptedSession {
     fn configure(&mut self, changes: &JsonObject) -> Result<(), Refusal> {
         if let Ok(mut c) = self.configured.lock() {
             c.push((self.id.clone(), changes.clone()));
+        }
+        Ok(())
+    }
+
+    fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), Refusal> {
+        if !self.rewinds {
+            return Err(Refusal::new("this agent cannot rewind a conversation"));
+        }
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stored) = store.get_mut(&self.id) {
+            let keep = match turn_id {
+                Some(t) => match stored.turns.iter().position(|x| x.id == t) {
+                    Some(i) => i + 1,
+                    None => return Err(Refusal::new(format!("no stored turn {t}"))),
+                },
+                None => 0,
+            };
+            stored.turns.truncate(keep);
         }
         Ok(())
     }

@@ -38,6 +38,16 @@ pub fn title_from(text: &str) -> String {
     format!("{}…", head[..cut].trim_end())
 }
 
+/// A duration the way a person reads it in a message: whole seconds when it is one, else
+/// milliseconds.
+pub fn human_duration(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
 /// The default chat URI of a session: `ahp-chat://default/` and the unpadded base64url of the
 /// session URI exactly as spelled.
 pub fn default_chat_uri(session_uri: &str) -> String {

@@ -200,6 +200,8 @@ fn disable(loc: &Locations, name: &str) -> Result<bool, CommandError> {
             true
         }
         None => {
+            // A typo must not land in the configuration as a plugin nobody has.
+            require_builtin(name)?;
             list.push(json!({"name": name, "enabled": false}));
             true
         }
@@ -260,22 +262,22 @@ pub fn plugin(loc: &Locations, cmd: &PluginCommand) -> Result<i32, CommandError>
                 );
                 Ok(0)
             } else {
-                println!(
-                    "{name} is not a built-in plugin, and ahpd loads no plugin at run time. Built in: {}",
+                eprintln!(
+                    "ahpd: {name} is not a built-in plugin, and ahpd loads no plugin at run time. Built in: {}",
                     plugins::builtin_names()
                 );
                 Ok(1)
             }
         }
         PluginCommand::Remove { name } => {
-            println!(
-                "plugins are built into ahpd and cannot be removed; to stop using {name}, run ahpd plugin disable {name}"
+            eprintln!(
+                "ahpd: plugins are built into ahpd and cannot be removed; to stop using {name}, run ahpd plugin disable {name}"
             );
             Ok(1)
         }
         PluginCommand::Update { .. } => {
-            println!(
-                "plugins are built into ahpd and update with it; to stop using one, run ahpd plugin disable <name>"
+            eprintln!(
+                "ahpd: plugins are built into ahpd and update with it; to stop using one, run ahpd plugin disable <name>"
             );
             Ok(1)
         }

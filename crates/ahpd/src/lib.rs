@@ -17,6 +17,7 @@ mod config;
 mod fsutil;
 mod live;
 mod locations;
+mod logfile;
 mod logs;
 mod plugins;
 mod process;
@@ -67,8 +68,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         None => {
             if cli.run.detached_child {
                 sys::new_session();
+                logs::init_file(&loc.daemon_log(), "info");
+            } else {
+                logs::init("info");
             }
-            logs::init("info");
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

@@ -1,4 +1,5 @@
-//! Log output: `tracing` events to standard error, one line each, filtered by `RUST_LOG`.
+//! Log output: `tracing` events to standard error (or, detached, to the rotating
+//! `daemon.log`), one line each, filtered by `RUST_LOG`.
 
 use std::io::IsTerminal;
 
@@ -20,15 +21,43 @@ const FRAME_LOGGERS: &[&str] = &[
 /// Installs the subscriber. `default` is the filter when `RUST_LOG` is unset (`info` for the
 /// daemon, `warn` for the one-shot commands so their output stays their own).
 pub fn init(default: &str) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(default))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Installs the subscriber for the detached daemon: lines go to `daemon.log`, rotated by size
+/// (see `logfile`), and standard output and error follow the current file. Falls back to
+/// standard error (which `ahpd start` pointed at the log) when the file cannot be opened.
+pub fn init_file(path: &std::path::Path, default: &str) {
+    match crate::logfile::RotatingLog::open(
+        path,
+        crate::logfile::MAX_BYTES,
+        crate::logfile::KEEP,
+        true,
+    ) {
+        Ok(log) => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter(default))
+                .with_writer(log)
+                .with_ansi(false)
+                .try_init();
+        }
+        Err(e) => {
+            init(default);
+            tracing::warn!("cannot open {} for rotation: {e}", path.display());
+        }
+    }
+}
+
+fn filter(default: &str) -> EnvFilter {
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     for target in FRAME_LOGGERS {
         if let Ok(directive) = format!("{target}=info").parse() {
             filter = filter.add_directive(directive);
         }
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    filter
 }

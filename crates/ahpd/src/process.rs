@@ -37,6 +37,9 @@ pub struct DaemonRecord {
     /// which hands it over that way), so `restart` needs the variable set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub token_from_environment: bool,
+    /// Run in the foreground (not by `ahpd start`); `restart` starts it again detached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreground: bool,
 }
 
 /// Set on the detached child: the user's options, without the hidden marker.
@@ -45,18 +48,29 @@ const ARGV_ENV: &str = "AHPD_DETACHED_ARGV";
 impl DaemonRecord {
     /// The record of the running process.
     pub fn for_this_process(address: &str) -> Self {
-        let argv = std::env::var(ARGV_ENV)
+        let detached: Option<Vec<String>> = std::env::var(ARGV_ENV)
             .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default();
+            .and_then(|s| serde_json::from_str(&s).ok());
+        let foreground = detached.is_none();
+        // A foreground run's own options, so `restart` can start it again with them; a token
+        // given on its command line is left out (the record must never hold it), so such a
+        // restart needs the token in the environment.
+        let (argv, token_on_line) = match detached {
+            Some(argv) => (argv, false),
+            None => {
+                let (argv, token) = take_token(std::env::args().skip(1).collect());
+                (argv, token.is_some())
+            }
+        };
         DaemonRecord {
+            foreground,
             pid: std::process::id(),
             argv,
             cwd: std::env::current_dir().unwrap_or_default(),
             address: address.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started_at: jiff::Timestamp::now().to_string(),
-            token_from_environment: false,
+            token_from_environment: token_on_line,
         }
     }
 }
@@ -95,6 +109,45 @@ pub fn write_record(path: &Path, record: &DaemonRecord) -> std::io::Result<()> {
 /// Reads `daemon.json`, if present and readable.
 pub fn read_record(path: &Path) -> Option<DaemonRecord> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Writes `daemon.json` for the daemon now listening on `address`, however it was started, so
+/// `status`, `stop` and `restart` find it. A detached daemon must write it (its parent waits for
+/// it); a foreground one leaves a record naming another live daemon alone and goes on without
+/// one. Returns whether this process wrote it.
+pub fn record_this_daemon(
+    path: &Path,
+    address: &str,
+    detached: bool,
+    token_from_environment: bool,
+) -> Result<bool, String> {
+    if !detached
+        && let Some(other) = read_record(path)
+        && other.pid != std::process::id()
+        && sys::alive(other.pid)
+        && sys::is_ahpd(other.pid)
+    {
+        tracing::warn!(
+            pid = other.pid,
+            address = %other.address,
+            "another ahpd is recorded in {}; this one runs without a record (status and stop will not see it)",
+            path.display()
+        );
+        return Ok(false);
+    }
+    let mut record = DaemonRecord::for_this_process(address);
+    record.token_from_environment |= token_from_environment;
+    match write_record(path, &record) {
+        Ok(()) => Ok(true),
+        Err(e) if detached => Err(format!("cannot write {}: {e}", path.display())),
+        Err(e) => {
+            tracing::warn!(
+                "cannot write {}: {e}; status and stop will not see this daemon",
+                path.display()
+            );
+            Ok(false)
+        }
+    }
 }
 
 /// Removes `daemon.json` when it names this process.
@@ -343,6 +396,7 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
                 "url": url,
                 "version": record.version,
                 "startedAt": record.started_at,
+                "foreground": record.foreground,
                 "answers": answers,
             })
         );
@@ -357,8 +411,13 @@ pub fn status(loc: &Locations, json: bool) -> Result<i32, ProcessError> {
             })
             .unwrap_or_default();
         println!(
-            "ahpd {} is running (pid {}) on {url}{uptime}; {}",
+            "ahpd {} is running{} (pid {}) on {url}{uptime}; {}",
             record.version,
+            if record.foreground {
+                " in the foreground"
+            } else {
+                ""
+            },
             record.pid,
             if answers {
                 "it answers ping"

@@ -22,7 +22,7 @@ use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
 use crate::live::LiveSessions;
 use crate::locations::Locations;
 use crate::plugins::{self, State, options::SecretMode};
-use crate::process::{self, DaemonRecord};
+use crate::process;
 use crate::records::{EngineSlot, RecordStore};
 use crate::served;
 use crate::token;
@@ -256,6 +256,15 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     };
     let port = server.local_addr().port();
     let address = format!("ws://{}:{port}", url_host(&settings.host.value));
+    // Recorded before the line is printed: whoever reads the line can find the record.
+    let record_path = loc.daemon_record();
+    let recorded = process::record_this_daemon(
+        &record_path,
+        &address,
+        run.detached_child,
+        settings.token.source == Source::Env(token::TOKEN_ENV),
+    )
+    .map_err(ServeError::Runtime)?;
     {
         use std::io::Write;
         // The detached daemon's standard output is its log, which never holds the token.
@@ -271,17 +280,6 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         let _ = out.flush();
     }
     tracing::info!(address = %address, "listening");
-    let record_path = loc.daemon_record();
-    if run.detached_child {
-        let mut record = DaemonRecord::for_this_process(&address);
-        record.token_from_environment = settings.token.source == Source::Env(token::TOKEN_ENV);
-        if let Err(e) = process::write_record(&record_path, &record) {
-            return Err(ServeError::Runtime(format!(
-                "cannot write {}: {e}",
-                record_path.display()
-            )));
-        }
-    }
 
     signals.first().await;
     Ok(shutdown(
@@ -289,7 +287,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         Some(server),
         &live,
         signals,
-        run.detached_child.then_some(record_path.as_path()),
+        recorded.then_some(record_path.as_path()),
     )
     .await)
 }
@@ -342,6 +340,9 @@ pub(crate) async fn build_host(
         .agents(agents)
         .server_info("ahpd", env!("CARGO_PKG_VERSION"))
         .delta_window(Duration::from_millis(settings.delta_window_ms.value))
+        .request_timeout(Duration::from_secs(settings.request_timeout_sec.value))
+        .loaded_cap(usize::try_from(settings.loaded_session_cap.value).unwrap_or(usize::MAX))
+        .idle_unload(Duration::from_secs(settings.idle_unload_sec.value))
         .root_meta(meta.clone())
         .initialize_meta(meta)
         .extension(channel.clone())

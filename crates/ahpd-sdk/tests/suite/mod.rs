@@ -1,4 +1,6 @@
+mod bounds;
 mod chats;
+mod concurrency;
 mod conversation;
 mod extension;
 mod frames;
@@ -10,6 +12,7 @@ mod paging;
 mod past_backend;
 mod puppet;
 mod reconnect;
+mod restart;
 mod robustness;
 mod rules;
 mod rules_backend;

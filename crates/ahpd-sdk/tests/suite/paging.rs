@@ -165,3 +165,40 @@ async fn a_past_session_opens_under_the_spelling_it_was_asked_for() {
         "{other:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_to_a_turn_on_an_older_page_loads_the_pages_it_needs() {
+    let agent = ScriptedAgent::new().with_history("deep", 120).rewinding();
+    let th = start_with(agent.clone(), |b| b.turns_page(50)).await;
+    let a = client(&th.url).await;
+    a.initialize("rw".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
+    let mut w = Watch::new(&a);
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/deep");
+    let (r, _) = a.subscribe(chat.clone()).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+
+    // `old-5` is on the oldest of three pages: the window holds old-70..old-119.
+    let rewind: StateAction =
+        serde_json::from_value(json!({"type": "chat/truncated", "turnId": "old-5"})).unwrap();
+    a.dispatch(chat.clone(), rewind).await.unwrap();
+    let env = w
+        .until(|e| matches!(e.action, StateAction::ChatTruncated(_)))
+        .await;
+    assert!(env.rejection_reason.is_none(), "{env:?}");
+    let loaded = w
+        .envelopes
+        .iter()
+        .filter(|e| matches!(e.action, StateAction::ChatTurnsLoaded(_)))
+        .count();
+    assert_eq!(loaded, 2, "the two older pages came first");
+    let ids: Vec<String> = w.mirror.chats[&chat]
+        .turns
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let expected: Vec<String> = (0..=5).map(|i| format!("old-{i}")).collect();
+    assert_eq!(ids, expected);
+    assert_mirror(&th, &mut w, &[chat.as_str()]).await;
+}

@@ -18,6 +18,8 @@ pub(super) struct Layer {
     pub(super) port: Option<u16>,
     pub(super) tokens: Vec<(&'static str, TokenSetting)>,
     pub(super) delta_window_ms: Option<u64>,
+    /// `requestTimeoutSec`, `loadedSessionCap`, `idleUnloadSec`, by key.
+    pub(super) limits: Vec<(&'static str, u64)>,
     pub(super) plugins: Option<Vec<PluginEntry>>,
     pub(super) allowed_origins: Option<Vec<String>>,
     pub(super) resource_deny: Option<Vec<PathBuf>>,
@@ -31,9 +33,19 @@ const KNOWN_KEYS: &[&str] = &[
     "connectionTokenFile",
     "withoutConnectionToken",
     "deltaWindowMs",
+    "requestTimeoutSec",
+    "loadedSessionCap",
+    "idleUnloadSec",
     "plugins",
     "allowedOrigins",
     "resourceDeny",
+];
+
+/// The whole-number limits a file may set, with their ranges.
+pub(super) const LIMITS: &[(&str, u64, u64)] = &[
+    ("requestTimeoutSec", 1, 3_600),
+    ("loadedSessionCap", 0, 100_000),
+    ("idleUnloadSec", 10, 86_400),
 ];
 
 /// Reads one file as a JSON object; `Ok(None)` when it is absent and `required` is false.
@@ -131,6 +143,17 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
                     .and_then(|p| u16::try_from(p).ok())
                     .ok_or_else(|| key_err(file, "port", "must be an integer from 0 to 65535"))?;
                 layer.port = Some(port);
+            }
+            "requestTimeoutSec" | "loadedSessionCap" | "idleUnloadSec" => {
+                if let Some(&(name, lo, hi)) = LIMITS.iter().find(|(k, _, _)| *k == key.as_str()) {
+                    let v = value
+                        .as_u64()
+                        .filter(|v| (lo..=hi).contains(v))
+                        .ok_or_else(|| {
+                            key_err(file, name, format!("must be an integer from {lo} to {hi}"))
+                        })?;
+                    layer.limits.push((name, v));
+                }
             }
             "deltaWindowMs" => {
                 let ms = value.as_u64().filter(|ms| *ms <= 10_000).ok_or_else(|| {

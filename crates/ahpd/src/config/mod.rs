@@ -25,6 +25,12 @@ pub const DEFAULT_HOST: &str = "127.0.0.1";
 pub const DEFAULT_PORT: u16 = 9187;
 /// Default delta coalescing window.
 pub const DEFAULT_DELTA_WINDOW_MS: u64 = 75;
+/// Default `requestTimeoutSec`.
+pub const DEFAULT_REQUEST_TIMEOUT_SEC: u64 = 60;
+/// Default `loadedSessionCap`.
+pub const DEFAULT_LOADED_SESSION_CAP: u64 = 64;
+/// Default `idleUnloadSec`.
+pub const DEFAULT_IDLE_UNLOAD_SEC: u64 = 600;
 
 /// A configuration problem; every one exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +143,12 @@ pub struct Settings {
     pub token: Sourced<TokenSetting>,
     /// Delta coalescing window.
     pub delta_window_ms: Sourced<u64>,
+    /// How long a request may wait on an agent, in seconds.
+    pub request_timeout_sec: Sourced<u64>,
+    /// Unused sessions opened from the store kept open.
+    pub loaded_session_cap: Sourced<u64>,
+    /// Seconds an unused session opened from the store stays open.
+    pub idle_unload_sec: Sourced<u64>,
     /// The `plugins` array of the files.
     pub plugins: Sourced<Vec<PluginEntry>>,
     /// Web origins whose pages may connect (`allowedOrigins`).
@@ -154,6 +166,9 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         port: Sourced::default(DEFAULT_PORT),
         token: Sourced::default(TokenSetting::File(loc.token())),
         delta_window_ms: Sourced::default(DEFAULT_DELTA_WINDOW_MS),
+        request_timeout_sec: Sourced::default(DEFAULT_REQUEST_TIMEOUT_SEC),
+        loaded_session_cap: Sourced::default(DEFAULT_LOADED_SESSION_CAP),
+        idle_unload_sec: Sourced::default(DEFAULT_IDLE_UNLOAD_SEC),
         plugins: Sourced::default(Vec::new()),
         allowed_origins: Sourced::default(Vec::new()),
         resource_deny: Sourced::default(Vec::new()),
@@ -186,6 +201,17 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         }
         if let Some(v) = layer.delta_window_ms {
             settings.delta_window_ms = Sourced {
+                value: v,
+                source: from(),
+            };
+        }
+        for (key, v) in layer.limits {
+            let slot = match key {
+                "requestTimeoutSec" => &mut settings.request_timeout_sec,
+                "loadedSessionCap" => &mut settings.loaded_session_cap,
+                _ => &mut settings.idle_unload_sec,
+            };
+            *slot = Sourced {
                 value: v,
                 source: from(),
             };
@@ -353,6 +379,13 @@ impl Settings {
             Value::from(self.delta_window_ms.value),
             &self.delta_window_ms.source,
         );
+        for (key, slot) in [
+            ("requestTimeoutSec", &self.request_timeout_sec),
+            ("loadedSessionCap", &self.loaded_session_cap),
+            ("idleUnloadSec", &self.idle_unload_sec),
+        ] {
+            row(key, Value::from(slot.value), &slot.source);
+        }
         let plugins: Vec<Value> = self
             .plugins
             .value

@@ -143,3 +143,28 @@ fn two_token_keys_in_the_merged_files_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn the_host_limits_are_read_checked_and_shown() {
+    let env = Env::new();
+    env.write_base(r#"{"requestTimeoutSec": 0}"#);
+    let out = env.run(&["--plugin", ECHO]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!(
+            "ahpd: {}: requestTimeoutSec: must be an integer from 1 to 3600",
+            env.base_file().display()
+        )
+    );
+
+    env.write_base(r#"{"requestTimeoutSec": 5, "loadedSessionCap": 3}"#);
+    let out = env.run(&["config", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let values = &v["values"];
+    assert_eq!(values["requestTimeoutSec"]["value"], 5);
+    assert_eq!(values["loadedSessionCap"]["value"], 3);
+    assert_eq!(values["idleUnloadSec"]["value"], 600);
+    assert_eq!(values["idleUnloadSec"]["source"], "default");
+}

@@ -55,8 +55,27 @@ fn enable_disable_and_install() {
 
     let out = env.run(&["plugin", "install", "left-pad"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains(ECHO));
-    assert_eq!(env.run(&["plugin", "remove", ECHO]).status.code(), Some(1));
+    assert!(text(&out.stderr).contains(ECHO), "failures go to stderr");
+    assert!(text(&out.stdout).is_empty());
+    let out = env.run(&["plugin", "remove", ECHO]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).is_empty());
+}
+
+#[test]
+fn disabling_an_unknown_plugin_is_refused_and_writes_nothing() {
+    let env = Env::new();
+    env.write_base(r#"{"plugins": ["@ahpd/agent-echo"]}"#);
+    let out = env.run(&["plugin", "disable", "@ahpd/agent-ecoh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).is_empty());
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("@ahpd/agent-ecoh is not a built-in plugin"),
+        "{said}"
+    );
+    let base = std::fs::read_to_string(env.base_file()).unwrap();
+    assert!(!base.contains("agent-ecoh"), "the typo stays out: {base}");
 }
 
 #[test]
