@@ -177,6 +177,7 @@ async fn probe_configured(loc: &Locations) -> Option<Conn> {
         version: String::new(),
         started_at: String::new(),
         token_from_environment: false,
+        foreground: true,
     };
     let token = token_file(loc).or_else(|| process::token_for(loc, &record));
     let (client, root) = tokio::time::timeout(PROBE_LIMIT, connect_ws(&address, token.as_deref()))
