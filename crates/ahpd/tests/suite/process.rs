@@ -67,7 +67,8 @@ fn status_and_stop_see_a_foreground_daemon() {
     assert_eq!(status["foreground"], true);
     assert_eq!(status["answers"], true);
     assert_eq!(status["pid"], daemon.child.id());
-    assert_eq!(status["address"], daemon.address.as_str());
+    assert_eq!(status["address"], daemon.base());
+    assert_eq!(status["url"], daemon.address.as_str());
     let said = text(&env.run(&["status"]).stdout);
     assert!(said.contains("running in the foreground"), "{said}");
 
