@@ -153,12 +153,18 @@ impl StreamDecoder {
                 ),
             )
         })?;
-        if let Some(err) = chunk.get("error").filter(|e| e.is_object())
-            && chunk.get("choices").is_none()
-        {
+        // OpenRouter reports a failure after tokens were sent as a chunk with `error` beside a
+        // choice whose finish reason is `error`: the reply is broken, whatever came before.
+        let finished_with_error = chunk
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            == Some("error");
+        let err = chunk
+            .get("error")
+            .filter(|e| e.is_object() || e.is_string());
+        if err.is_some() || finished_with_error {
             let message = err
-                .get("message")
-                .and_then(Value::as_str)
+                .and_then(|e| e.get("message").and_then(Value::as_str).or(e.as_str()))
                 .unwrap_or("no message given");
             return Err(AgentError::new(
                 ErrorCode::Server,

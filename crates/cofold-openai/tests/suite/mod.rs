@@ -3,6 +3,7 @@
 mod catalogue;
 mod complete;
 mod config;
+mod corpus;
 mod dialects;
 mod errors;
 mod limits;
