@@ -7,6 +7,7 @@ mod corpus;
 mod dialects;
 mod errors;
 mod limits;
+mod proxy;
 mod request;
 mod retries;
 mod stream;
