@@ -192,8 +192,7 @@ fn provider(key: &str, v: &Value) -> Result<(), Problem> {
             _ => return Err(problem(&sub, "is not a field")),
         }
     }
-    ProviderSettings::from_entry(map)
-        .map_err(|e| problem(&format!("{key}.{}", e.key), &e.must))?;
+    ProviderSettings::from_entry(map).map_err(|e| problem(&format!("{key}.{}", e.key), &e.must))?;
     for required in ["id", "baseUrl"] {
         if !map.contains_key(required) {
             return Err(problem(
@@ -206,15 +205,17 @@ fn provider(key: &str, v: &Value) -> Result<(), Problem> {
     // the adapter's and were checked above.
     let mut core = map.clone();
     core.retain(|k, _| !SETTINGS_KEYS.contains(&k.as_str()));
-    ProviderConfig::from_value(&Value::Object(core)).map(|_| ()).map_err(|issues| {
-        problem(
-            key,
-            &format!(
-                "is not a provider: {}",
-                cofold_agents::schema::issues_text(&issues)
-            ),
-        )
-    })
+    ProviderConfig::from_value(&Value::Object(core))
+        .map(|_| ())
+        .map_err(|issues| {
+            problem(
+                key,
+                &format!(
+                    "is not a provider: {}",
+                    cofold_agents::schema::issues_text(&issues)
+                ),
+            )
+        })
 }
 
 fn rule(key: &str, v: &Value) -> Result<(), Problem> {

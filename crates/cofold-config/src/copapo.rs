@@ -194,7 +194,9 @@ fn take_settings(values: &mut Value) -> HashMap<String, ProviderSettings> {
                 Ok(s) => {
                     out.insert(id, s);
                 }
-                Err(e) => tracing::warn!(provider = %id, "{e}; the provider's settings are ignored"),
+                Err(e) => {
+                    tracing::warn!(provider = %id, "{e}; the provider's settings are ignored")
+                }
             }
         }
     }

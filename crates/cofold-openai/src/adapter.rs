@@ -53,6 +53,7 @@ impl OpenAiAdapter {
             reasoning_budgets: &self.budgets,
             dialect,
             echo,
+            learned: &self.endpoint.learned,
         };
         check_features(&ctx, request)?;
         Ok(build_body(&ctx, request, stream))
@@ -111,9 +112,7 @@ impl ModelAdapter for OpenAiAdapter {
             };
             match answer {
                 Ok((reply, field)) => {
-                    if let Some(f) = field {
-                        self.endpoint.learned.saw_reasoning_field(f);
-                    }
+                    self.endpoint.learn_from(&reply, field);
                     return Ok(reply);
                 }
                 Err(f) => tries.again(f, &url, signal).await?,

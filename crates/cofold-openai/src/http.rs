@@ -267,6 +267,34 @@ pub(crate) async fn read_whole(
 }
 
 impl Endpoint {
+    /// Keeps what a whole reply tells about the server: the field its reasoning came in, and
+    /// the reasoning of a reply that called tools, for the tool loop's next requests.
+    pub fn learn_from(
+        &self,
+        reply: &cofold_agents::model::ModelReply,
+        field: Option<crate::dialect::ReasoningField>,
+    ) {
+        use cofold_agents::message::Part;
+        if let Some(f) = field {
+            self.learned.saw_reasoning_field(f);
+        }
+        let parts = &reply.message.parts;
+        if !parts.iter().any(|p| matches!(p, Part::ToolCall(_))) {
+            return;
+        }
+        let reasoning: String = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Reasoning { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !reasoning.is_empty() {
+            self.learned
+                .remember_reasoning(&reply.message.id, &reasoning);
+        }
+    }
+
     /// `<base><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
@@ -335,9 +363,13 @@ impl Endpoint {
         }
         let start = Instant::now();
         let first = if whole {
-            self.limits.whole.map(|d| (start, d, "limit for a whole answer"))
+            self.limits
+                .whole
+                .map(|d| (start, d, "limit for a whole answer"))
         } else {
-            self.limits.first_byte.map(|d| (start, d, "first-byte limit"))
+            self.limits
+                .first_byte
+                .map(|d| (start, d, "first-byte limit"))
         };
         let clock = BodyClock {
             first_byte: first,
@@ -476,7 +508,10 @@ mod tests {
             mask_keys("Incorrect API key provided: sk-abcdef123456789. Try again"),
             "Incorrect API key provided: [redacted]. Try again"
         );
-        assert_eq!(mask_keys("task-list sk-1 risk-free"), "task-list sk-1 risk-free");
+        assert_eq!(
+            mask_keys("task-list sk-1 risk-free"),
+            "task-list sk-1 risk-free"
+        );
     }
 
     #[test]

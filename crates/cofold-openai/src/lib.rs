@@ -38,7 +38,7 @@ pub use catalogue::DEFAULT_FEATURES;
 pub use decode::StreamDecoder;
 pub use dialect::Dialect;
 pub use http::ApiKey;
-pub use settings::{Network, ProviderSettings, RetryPolicy, SettingsError, TimeLimits};
 pub use provider::{
     OpenAiProvider, ProviderOptions, Providers, list_all, openai_compat, provider_for, providers_of,
 };
+pub use settings::{Network, ProviderSettings, RetryPolicy, SettingsError, TimeLimits};

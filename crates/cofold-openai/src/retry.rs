@@ -26,10 +26,14 @@ pub(crate) fn asked_wait(headers: &HeaderMap) -> Option<Duration> {
     if let Some(v) = get("retry-after").and_then(retry_after) {
         return Some(v);
     }
-    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens", "x-ratelimit-reset"]
-        .iter()
-        .filter_map(|h| get(h).and_then(reset_value))
-        .max()
+    [
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "x-ratelimit-reset",
+    ]
+    .iter()
+    .filter_map(|h| get(h).and_then(reset_value))
+    .max()
 }
 
 /// `Retry-After`: whole (or fractional) seconds, or an HTTP date.
@@ -39,7 +43,10 @@ pub(crate) fn retry_after(value: &str) -> Option<Duration> {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
     let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// A rate-limit reset: OpenAI's and Groq's durations (`1s`, `6m0s`, `20ms`, `1h2m3.5s`), plain
@@ -125,7 +132,10 @@ mod tests {
         assert_eq!(reset_value("1s"), Some(Duration::from_secs(1)));
         assert_eq!(reset_value("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(reset_value("20ms"), Some(Duration::from_millis(20)));
-        assert_eq!(reset_value("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        assert_eq!(
+            reset_value("1h2m3.5s"),
+            Some(Duration::from_secs_f64(3723.5))
+        );
         assert_eq!(reset_value("12"), Some(Duration::from_secs(12)));
         assert_eq!(reset_value("3 days"), None);
         let mut h = HeaderMap::new();

@@ -179,10 +179,7 @@ impl ProviderSettings {
                     if Dialect::preset(&name).is_none() {
                         return Err(bad(
                             key,
-                            format!(
-                                "must be one of {}",
-                                crate::dialect::DIALECTS.join(", ")
-                            ),
+                            format!("must be one of {}", crate::dialect::DIALECTS.join(", ")),
                         ));
                     }
                     s.dialect = Some(name);
@@ -320,8 +317,10 @@ mod tests {
 
     #[test]
     fn entries_are_read_and_checked() {
-        let s = read(json!({ "id": "x", "dialect": "deepseek", "idleTimeoutMs": 0,
-            "firstByteTimeoutMs": 300000, "maxAttempts": 5, "quirks": { "streamOptions": false } }))
+        let s = read(
+            json!({ "id": "x", "dialect": "deepseek", "idleTimeoutMs": 0,
+            "firstByteTimeoutMs": 300000, "maxAttempts": 5, "quirks": { "streamOptions": false } }),
+        )
         .expect("valid");
         assert_eq!(s.limits.idle, None);
         assert_eq!(s.limits.first_byte, Some(Duration::from_secs(300)));

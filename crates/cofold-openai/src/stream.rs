@@ -338,9 +338,7 @@ impl Run {
         reply: ModelReply,
         field: Option<crate::dialect::ReasoningField>,
     ) -> Result<(), AgentError> {
-        if let Some(f) = field {
-            self.endpoint.learned.saw_reasoning_field(f);
-        }
+        self.endpoint.learn_from(&reply, field);
         let mut call_index = 0u32;
         for part in &reply.message.parts {
             let event = match part {
@@ -392,11 +390,10 @@ impl Run {
             self.failed(e.into()).await;
             return;
         }
-        if let Some(f) = decoder.reasoning_field() {
-            self.endpoint.learned.saw_reasoning_field(f);
-        }
+        let field = decoder.reasoning_field();
         let mut out = Vec::new();
         let reply = decoder.finish(&mut |m| out.push(m));
+        self.endpoint.learn_from(&reply, field);
         let passed = out
             .into_iter()
             .chain([ModelStreamEvent::Done { reply }])

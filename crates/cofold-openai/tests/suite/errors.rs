@@ -286,8 +286,8 @@ async fn the_key_never_appears_in_an_error() {
         limits: TimeLimits::NONE,
         ..ProviderOptions::new(ep.base_url()).with_key(key)
     })
-        .unwrap()
-        .adapter(ModelSpec::new("m"));
+    .unwrap()
+    .adapter(ModelSpec::new("m"));
     for _ in 0..2 {
         let e = a.complete(ask("x")).await.unwrap_err();
         let shown = format!("{e} {e:?} {}", serde_json::to_string(&e).unwrap());
@@ -298,9 +298,10 @@ async fn the_key_never_appears_in_an_error() {
         !format!(
             "{:?}",
             OpenAiProvider::new(ProviderOptions {
-        limits: TimeLimits::NONE,
-        ..ProviderOptions::new(ep.base_url()).with_key(key)
-    }).unwrap()
+                limits: TimeLimits::NONE,
+                ..ProviderOptions::new(ep.base_url()).with_key(key)
+            })
+            .unwrap()
         )
         .contains(key)
     );

@@ -48,7 +48,10 @@ async fn a_connection_that_never_stands_meets_the_connect_limit() {
     );
     let e = a.complete(ask("x")).await.unwrap_err();
     assert_limit(&e, "no connection within the connect limit of 10 s");
-    assert!(e.message.starts_with(&format!("cannot reach http://{addr}/v1/chat/completions")));
+    assert!(
+        e.message
+            .starts_with(&format!("cannot reach http://{addr}/v1/chat/completions"))
+    );
     drop(listener);
 }
 
@@ -87,7 +90,10 @@ async fn a_whole_answer_has_its_own_longer_limit() {
         1,
     );
     let e = a.complete(ask("x")).await.unwrap_err();
-    assert_limit(&e, "sent nothing within the limit for a whole answer of 600 s");
+    assert_limit(
+        &e,
+        "sent nothing within the limit for a whole answer of 600 s",
+    );
     gate.open();
 }
 

@@ -106,7 +106,10 @@ async fn https_proxy_is_used_unless_no_proxy_matches() {
     ask_through(
         port,
         Network {
-            env: env(&[("https_proxy", &proxy_url), ("no_proxy", "localhost,127.0.0.1")]),
+            env: env(&[
+                ("https_proxy", &proxy_url),
+                ("no_proxy", "localhost,127.0.0.1"),
+            ]),
             ..Network::default()
         },
     )
@@ -115,7 +118,11 @@ async fn https_proxy_is_used_unless_no_proxy_matches() {
         .await
         .expect("the server is reached directly")
         .unwrap();
-    assert_eq!(seen.lock().unwrap().len(), 1, "the proxy was not asked again");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the proxy was not asked again"
+    );
 }
 
 #[tokio::test]
@@ -153,8 +160,10 @@ async fn an_unusable_extra_ca_file_is_a_sentence() {
     .unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidOptions);
     assert!(
-        e.message
-            .starts_with(&format!("extraCaCerts {} cannot be read", missing.display())),
+        e.message.starts_with(&format!(
+            "extraCaCerts {} cannot be read",
+            missing.display()
+        )),
         "{}",
         e.message
     );

@@ -13,7 +13,13 @@ use testkit::{Endpoint, Reply};
 use super::support::{ask, options};
 
 /// An adapter whose key is asked once per attempt; the paused clock's time of each ask is kept.
-fn timed(ep: &Endpoint, retry: RetryPolicy) -> (cofold_openai::OpenAiAdapter, Arc<Mutex<Vec<tokio::time::Instant>>>) {
+fn timed(
+    ep: &Endpoint,
+    retry: RetryPolicy,
+) -> (
+    cofold_openai::OpenAiAdapter,
+    Arc<Mutex<Vec<tokio::time::Instant>>>,
+) {
     let asked = Arc::new(Mutex::new(Vec::new()));
     let record = asked.clone();
     let mut opts = ProviderOptions {
@@ -24,7 +30,9 @@ fn timed(ep: &Endpoint, retry: RetryPolicy) -> (cofold_openai::OpenAiAdapter, Ar
         record.lock().unwrap().push(tokio::time::Instant::now());
         Box::pin(async { Ok(Some("sk-test".to_owned())) })
     })));
-    let a = OpenAiProvider::new(opts).unwrap().adapter(ModelSpec::new("m"));
+    let a = OpenAiProvider::new(opts)
+        .unwrap()
+        .adapter(ModelSpec::new("m"));
     (a, asked)
 }
 
@@ -71,8 +79,14 @@ async fn without_a_server_wait_the_backoff_grows_with_jitter() {
     a.complete(ask("x")).await.unwrap();
     let g = gaps(&asked);
     assert_eq!(g.len(), 2);
-    assert!(g[0] >= Duration::from_millis(250) && g[0] <= Duration::from_millis(500), "{g:?}");
-    assert!(g[1] >= Duration::from_millis(500) && g[1] <= Duration::from_millis(1000), "{g:?}");
+    assert!(
+        g[0] >= Duration::from_millis(250) && g[0] <= Duration::from_millis(500),
+        "{g:?}"
+    );
+    assert!(
+        g[1] >= Duration::from_millis(500) && g[1] <= Duration::from_millis(1000),
+        "{g:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,7 +22,9 @@ use super::support::{ask, deltas, done, options, stream_all};
 /// Runs one turn of an agent on `ep`; returns the outcome, the text deltas the run emitted (as
 /// clients would see them) and the stored transcript.
 async fn turn(opts: ProviderOptions) -> (RunOutcome, String, Vec<Message>) {
-    let adapter = OpenAiProvider::new(opts).unwrap().adapter(ModelSpec::new("m"));
+    let adapter = OpenAiProvider::new(opts)
+        .unwrap()
+        .adapter(ModelSpec::new("m"));
     let store = Arc::new(MemoryStore::new());
     let agent = Agent::builder("a", "be brief", Arc::new(adapter) as Arc<dyn ModelAdapter>)
         .store(store.clone())
@@ -77,11 +79,17 @@ async fn a_truncated_stream_is_retried_and_the_conversation_holds_one_answer() {
     ])
     .unwrap();
     let (outcome, shown, messages) = turn(options(&ep)).await;
-    assert!(matches!(outcome.kind, OutcomeKind::Completed { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome.kind, OutcomeKind::Completed { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(shown, "Hello world", "nothing was shown twice");
     assert_eq!(
         texts(&messages),
-        [(Role::User, "hi".into()), (Role::Assistant, "Hello world".into())]
+        [
+            (Role::User, "hi".into()),
+            (Role::Assistant, "Hello world".into())
+        ]
     );
     assert_eq!(ep.chat_requests().len(), 2);
 }
@@ -98,12 +106,18 @@ async fn a_turn_whose_every_attempt_is_cut_fails_naming_the_cause() {
     };
     assert_eq!(error.code, ErrorCode::Network);
     assert!(
-        error.message.contains("with no finish reason: it was cut short"),
+        error
+            .message
+            .contains("with no finish reason: it was cut short"),
         "{}",
         error.message
     );
     assert_eq!(shown, "partial", "the partial text was shown once");
-    assert_eq!(texts(&messages), [(Role::User, "hi".into())], "no answer is stored");
+    assert_eq!(
+        texts(&messages),
+        [(Role::User, "hi".into())],
+        "no answer is stored"
+    );
     assert_eq!(ep.chat_requests().len(), 3);
 }
 
@@ -168,7 +182,10 @@ async fn an_empty_stream_for_a_tool_request_falls_back_to_a_whole_answer() {
     let a = super::support::adapter(&ep);
     for _ in 0..2 {
         let events = stream_all(&a, with_tool()).await;
-        assert_eq!(deltas(&events), ["c0:call_0:list_files:{\"pattern\":\"*\"}"]);
+        assert_eq!(
+            deltas(&events),
+            ["c0:call_0:list_files:{\"pattern\":\"*\"}"]
+        );
         let Part::ToolCall(c) = &done(&events).message.parts[0] else {
             panic!("a call")
         };
