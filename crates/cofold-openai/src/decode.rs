@@ -156,7 +156,9 @@ impl StreamDecoder {
         // OpenRouter reports a failure after tokens were sent as a chunk with `error` beside a
         // choice whose finish reason is `error`: the reply is broken, whatever came before.
         let finished_with_error = chunk
-            .pointer("/choices/0/finish_reason")
+            .get("choices")
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("finish_reason"))
             .and_then(Value::as_str)
             == Some("error");
         let err = chunk

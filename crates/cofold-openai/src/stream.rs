@@ -44,38 +44,42 @@ enum Phase {
     Finished,
 }
 
-/// Text passed on so far under one key (the reply text, the reasoning, or one call's arguments).
+/// Text passed on so far under one key (the reply text, the reasoning, or one call's
+/// arguments), and how far the current attempt has come along it.
 #[derive(Default)]
 struct Track {
     shown: String,
-    this_attempt: String,
+    this_attempt: usize,
 }
 
 impl Track {
     /// Adds an attempt's fragment; returns the part of it not passed on yet, or `Err` when the
-    /// attempt contradicts what was passed on.
+    /// attempt contradicts what was passed on. Only the bytes that overlap what was shown are
+    /// compared, so a first attempt costs nothing beyond the copy.
     fn pass(&mut self, fragment: &str) -> Result<Option<String>, ()> {
-        let before = self.this_attempt.len();
-        self.this_attempt.push_str(fragment);
-        if self.this_attempt.len() <= self.shown.len() {
-            return if self.shown.starts_with(&self.this_attempt) {
-                Ok(None)
-            } else {
-                Err(())
-            };
+        let before = self.this_attempt;
+        self.this_attempt += fragment.len();
+        if before >= self.shown.len() {
+            self.shown.push_str(fragment);
+            return Ok((!fragment.is_empty()).then(|| fragment.to_owned()));
         }
-        if !self.this_attempt.starts_with(&self.shown) {
+        let overlap_end = self.shown.len().min(self.this_attempt);
+        let k = overlap_end - before;
+        if self.shown.as_bytes()[before..overlap_end] != fragment.as_bytes()[..k] {
             return Err(());
         }
-        let from = before.max(self.shown.len());
-        let tail = self.this_attempt[from..].to_owned();
+        if self.this_attempt <= self.shown.len() {
+            return Ok(None);
+        }
+        // Equal bytes up to `k` end on the same character boundary as what was shown.
+        let tail = fragment.get(k..).ok_or(())?.to_owned();
         self.shown.push_str(&tail);
         Ok(Some(tail))
     }
 
     /// Whether the attempt ended short of what was passed on.
     fn fell_short(&self) -> bool {
-        self.this_attempt.len() < self.shown.len()
+        self.this_attempt < self.shown.len()
     }
 }
 
@@ -89,10 +93,10 @@ struct Shown {
 
 impl Shown {
     fn new_attempt(&mut self) {
-        self.text.this_attempt.clear();
-        self.reasoning.this_attempt.clear();
+        self.text.this_attempt = 0;
+        self.reasoning.this_attempt = 0;
         for (c, _) in &mut self.calls {
-            c.this_attempt.clear();
+            c.this_attempt = 0;
         }
     }
 
@@ -410,5 +414,26 @@ impl Run {
             Ok(()) => self.phase = Phase::Start,
             Err(e) => self.queue.push_back(Err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_attempt_passes_on_only_what_goes_beyond_what_was_shown() {
+        let mut t = Track::default();
+        assert_eq!(t.pass("hé"), Ok(Some("hé".into())));
+        assert_eq!(t.pass("llo"), Ok(Some("llo".into())));
+        t.this_attempt = 0;
+        assert_eq!(t.pass("h"), Ok(None));
+        assert!(t.fell_short());
+        assert_eq!(t.pass("éllo wör"), Ok(Some(" wör".into())));
+        assert_eq!(t.pass("ld"), Ok(Some("ld".into())));
+        assert_eq!(t.shown, "héllo wörld");
+        assert!(!t.fell_short());
+        t.this_attempt = 0;
+        assert_eq!(t.pass("hä"), Err(()));
     }
 }
