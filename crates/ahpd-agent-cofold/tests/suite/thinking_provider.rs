@@ -163,3 +163,76 @@ async fn a_thinking_provider_runs_a_three_tool_turn_to_its_answer() {
     );
     assert!(request_text(&bodies[2]).contains("please bring tea"));
 }
+
+/// A provider whose every stream stops before its finish reason: the turn fails with a sentence
+/// naming the cause, the thinking shown once, and no answer stored for the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thinking_provider_that_always_stops_short_fails_the_turn_naming_the_cause() {
+    let place = Place::new();
+    let ep = Endpoint::builder()
+        .respond_with(|_| {
+            Reply::stream_exact([
+                chunk::role(),
+                chunk::reasoning_content("Thinking about it"),
+                chunk::text("The answer is"),
+            ])
+        })
+        .start()
+        .expect("endpoint starts");
+    let agent = agent(
+        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "deepseek-reasoner" }),
+        place.embedder(),
+    );
+    let th = host(vec![Arc::new(agent)]).await;
+    let mut w = Watch::create(
+        &th,
+        "cofold",
+        &fresh_id("cut"),
+        Some(&place.work),
+        json!({ "permissionMode": "auto" }),
+    )
+    .await;
+    w.send("t1", "What is the answer?").await;
+    match w.end("t1").await {
+        StateAction::ChatError(e) => assert!(
+            e.part
+                .error
+                .message
+                .contains("with no finish reason: it was cut short"),
+            "{}",
+            e.part.error.message
+        ),
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(ep.chat_requests().len(), 3, "every attempt was made");
+    w.assert_mirror(&th).await;
+    let shown: String = w
+        .chat_state()
+        .turns
+        .last()
+        .unwrap()
+        .response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::Markdown(m) => Some(m.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shown, "The answer is", "the partial text was shown once");
+
+    // The next turn's request carries no answer from the failed one.
+    ep.push_reply(Reply::text_stream("Forty-two."));
+    w.send("t2", "Again?").await;
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let last = ep.chat_bodies().pop().unwrap();
+    let assistants = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count();
+    assert_eq!(assistants, 0, "{last}");
+}
