@@ -12,9 +12,11 @@ use cofold_agents::model::{
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use crate::body::read_whole;
 use crate::dialect::ReasoningEcho;
-use crate::http::{Endpoint, Tries, read_whole};
+use crate::http::Endpoint;
 use crate::request::{BodyContext, build_body, check_features};
+use crate::retry::Tries;
 use crate::stream::Bodies;
 
 /// An adapter built by [`crate::OpenAiProvider::model`]; it shares its provider's endpoint, key,

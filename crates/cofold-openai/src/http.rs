@@ -1,20 +1,20 @@
-//! Sending one request with the provider's key and headers: the HTTP client (proxy, trusted
-//! certificates, connect limit), the first-byte and idle limits, retries with backoff on tokio's
-//! clock, and HTTP failures mapped to the runtime's error codes.
+//! Sending one request with the provider's key and headers: one attempt within the first-byte
+//! limit, and HTTP failures mapped to the runtime's error codes with the provider's own sentence
+//! (keys masked).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::tool::{AbortReason, AbortSignal};
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::body::{BodyClock, read_whole};
 use crate::dialect::{Dialect, Learned};
-use crate::retry::{asked_wait, backoff, status_is_retryable};
+use crate::retry::Tries;
+use crate::retry::{asked_wait, status_is_retryable};
 use crate::settings::{RetryPolicy, TimeLimits};
 
 /// The API key: fixed, or asked for on every HTTP attempt (never cached).
@@ -174,98 +174,6 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// Where an answer's body stands against the first-byte and idle limits.
-pub(crate) struct BodyClock {
-    /// When the request was sent, the limit until the first byte, and that limit's name.
-    first_byte: Option<(Instant, Duration, &'static str)>,
-    idle: Option<Duration>,
-    got_bytes: bool,
-}
-
-impl BodyClock {
-    /// The deadline of the next read.
-    pub fn deadline(&self) -> Option<Instant> {
-        if self.got_bytes {
-            self.idle.map(|d| Instant::now() + d)
-        } else {
-            self.first_byte.map(|(start, d, _)| start + d)
-        }
-    }
-
-    pub fn got_bytes(&mut self) {
-        self.got_bytes = true;
-    }
-
-    /// The error of an expired read.
-    pub fn expired(&self, url: &str) -> AgentError {
-        let message = match (self.got_bytes, self.first_byte, self.idle) {
-            (false, Some((_, d, name)), _) => {
-                format!("{url} sent nothing within the {name} of {}", shown(d))
-            }
-            (_, _, Some(d)) => format!(
-                "the answer from {url} stalled: nothing arrived for {} (the idle limit)",
-                shown(d)
-            ),
-            _ => format!("the answer from {url} stalled"),
-        };
-        AgentError::new(ErrorCode::Network, message).with_retryable(true)
-    }
-}
-
-/// Reads the next piece of a body within the clock's deadline, racing the signal.
-pub(crate) async fn next_piece(
-    body: &mut BoxStream<'static, reqwest::Result<Bytes>>,
-    clock: &mut BodyClock,
-    url: &str,
-    signal: &AbortSignal,
-) -> Result<Option<Bytes>, AgentError> {
-    let deadline = clock.deadline();
-    let expiry = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => futures::future::pending().await,
-        }
-    };
-    let next = tokio::select! {
-        n = body.next() => n,
-        _ = expiry => return Err(clock.expired(url)),
-        _ = signal.cancelled() => return Err(abort_error(signal, url)),
-    };
-    match next {
-        None => Ok(None),
-        Some(Ok(bytes)) => {
-            if !bytes.is_empty() {
-                clock.got_bytes();
-            }
-            Ok(Some(bytes))
-        }
-        Some(Err(e)) if signal.is_aborted() => {
-            let _ = e;
-            Err(abort_error(signal, url))
-        }
-        Some(Err(e)) => Err(AgentError::new(
-            ErrorCode::Network,
-            format!("the answer from {url} broke off: {}", error_chain(&e)),
-        )
-        .with_retryable(true)),
-    }
-}
-
-/// Reads a whole body as text within the limits.
-pub(crate) async fn read_whole(
-    resp: reqwest::Response,
-    mut clock: BodyClock,
-    url: &str,
-    signal: &AbortSignal,
-) -> Result<String, AgentError> {
-    let mut body = resp.bytes_stream().boxed();
-    let mut all = Vec::new();
-    while let Some(piece) = next_piece(&mut body, &mut clock, url, signal).await? {
-        all.extend_from_slice(&piece);
-    }
-    Ok(String::from_utf8_lossy(&all).into_owned())
-}
-
 impl Endpoint {
     /// Keeps what a whole reply tells about the server: the field its reasoning came in, and
     /// the reasoning of a reply that called tools, for the tool loop's next requests.
@@ -371,11 +279,7 @@ impl Endpoint {
                 .first_byte
                 .map(|d| (start, d, "first-byte limit"))
         };
-        let clock = BodyClock {
-            first_byte: first,
-            idle: self.limits.idle,
-            got_bytes: false,
-        };
+        let clock = BodyClock::new(first, self.limits.idle);
         let head_deadline = clock.deadline();
         let expiry = async {
             match head_deadline {
@@ -430,59 +334,6 @@ impl Endpoint {
             .with_detail(Value::String(text))
             .with_status(status);
         Err(Failure { error, wait })
-    }
-}
-
-/// The attempts of one request: counts them and waits between them.
-pub(crate) struct Tries {
-    attempt: u32,
-    policy: RetryPolicy,
-}
-
-impl Tries {
-    pub fn new(endpoint: &Endpoint) -> Tries {
-        Tries {
-            attempt: 1,
-            policy: endpoint.retry,
-        }
-    }
-
-    /// After a failed attempt: waits and returns `Ok` when another attempt may follow, else the
-    /// error to end with.
-    pub async fn again(
-        &mut self,
-        failure: Failure,
-        url: &str,
-        signal: &AbortSignal,
-    ) -> Result<(), AgentError> {
-        let Failure { error, wait } = failure;
-        if !error.retryable || error.code == ErrorCode::Aborted {
-            return Err(error);
-        }
-        if self.attempt >= self.policy.max_attempts {
-            return Err(error);
-        }
-        let wait = match wait {
-            Some(w) if w > self.policy.max_wait => {
-                let message = format!(
-                    "{}; the server asks to wait {} before trying again, longer than the {} this \
-                     provider allows (maxRetryWaitMs)",
-                    error.message,
-                    shown(w),
-                    shown(self.policy.max_wait)
-                );
-                return Err(AgentError { message, ..error });
-            }
-            Some(w) => w,
-            None => backoff(self.attempt),
-        };
-        tracing::debug!(url, code = %error.code, attempt = self.attempt, wait_ms = wait.as_millis() as u64, "retrying a model request");
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = signal.cancelled() => return Err(abort_error(signal, url)),
-        }
-        self.attempt += 1;
-        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@
 //! ```
 
 mod adapter;
+mod body;
 mod catalogue;
 mod decode;
 pub mod dialect;

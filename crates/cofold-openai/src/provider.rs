@@ -15,9 +15,10 @@ use cofold_agents::tool::AbortSignal;
 use indexmap::IndexMap;
 
 use crate::adapter::OpenAiAdapter;
+use crate::body::read_whole;
 use crate::catalogue::{DEFAULT_FEATURES, parse_models};
 use crate::dialect::{Dialect, Learned};
-use crate::http::{ApiKey, Endpoint, no_answer, read_whole};
+use crate::http::{ApiKey, Endpoint, no_answer};
 use crate::settings::{Network, ProviderSettings, RetryPolicy, TimeLimits};
 
 /// How to reach an endpoint. Defaults: no key, no extra headers, no reasoning budgets, the name

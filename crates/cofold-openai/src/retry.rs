@@ -3,7 +3,12 @@
 
 use std::time::{Duration, SystemTime};
 
+use cofold_agents::error::{AgentError, ErrorCode};
+use cofold_agents::tool::AbortSignal;
 use reqwest::header::HeaderMap;
+
+use crate::http::{Endpoint, Failure, abort_error, shown};
+use crate::settings::RetryPolicy;
 
 /// The backoff before retry `k` (1-based) without jitter: 500 ms × 2^(k-1), at most 30 s.
 pub(crate) fn backoff_base(k: u32) -> Duration {
@@ -94,6 +99,59 @@ pub(crate) fn reset_value(value: &str) -> Option<Duration> {
 /// The rest (400, 401, 403, 404, 422, …) would fail the same way again.
 pub(crate) fn status_is_retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 425 | 429 | 500..=599)
+}
+
+/// The attempts of one request: counts them and waits between them.
+pub(crate) struct Tries {
+    attempt: u32,
+    policy: RetryPolicy,
+}
+
+impl Tries {
+    pub fn new(endpoint: &Endpoint) -> Tries {
+        Tries {
+            attempt: 1,
+            policy: endpoint.retry,
+        }
+    }
+
+    /// After a failed attempt: waits and returns `Ok` when another attempt may follow, else the
+    /// error to end with.
+    pub async fn again(
+        &mut self,
+        failure: Failure,
+        url: &str,
+        signal: &AbortSignal,
+    ) -> Result<(), AgentError> {
+        let Failure { error, wait } = failure;
+        if !error.retryable || error.code == ErrorCode::Aborted {
+            return Err(error);
+        }
+        if self.attempt >= self.policy.max_attempts {
+            return Err(error);
+        }
+        let wait = match wait {
+            Some(w) if w > self.policy.max_wait => {
+                let message = format!(
+                    "{}; the server asks to wait {} before trying again, longer than the {} this \
+                     provider allows (maxRetryWaitMs)",
+                    error.message,
+                    shown(w),
+                    shown(self.policy.max_wait)
+                );
+                return Err(AgentError { message, ..error });
+            }
+            Some(w) => w,
+            None => backoff(self.attempt),
+        };
+        tracing::debug!(url, code = %error.code, attempt = self.attempt, wait_ms = wait.as_millis() as u64, "retrying a model request");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = signal.cancelled() => return Err(abort_error(signal, url)),
+        }
+        self.attempt += 1;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

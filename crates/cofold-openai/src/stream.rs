@@ -19,9 +19,11 @@ use cofold_agents::tool::AbortSignal;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 
+use crate::body::{BodyClock, next_piece, read_whole};
 use crate::decode::StreamDecoder;
-use crate::http::{BodyClock, Endpoint, Failure, Tries, next_piece, read_whole};
+use crate::http::{Endpoint, Failure};
 use crate::reply::parse_completion;
+use crate::retry::Tries;
 use crate::sse::{SseEvent, SseParser};
 
 type Item = Result<ModelStreamEvent, AgentError>;

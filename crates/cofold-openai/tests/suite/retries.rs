@@ -83,10 +83,9 @@ async fn without_a_server_wait_the_backoff_grows_with_jitter() {
         g[0] >= Duration::from_millis(250) && g[0] <= Duration::from_millis(500),
         "{g:?}"
     );
-    assert!(
-        g[1] >= Duration::from_millis(500) && g[1] <= Duration::from_millis(1000),
-        "{g:?}"
-    );
+    // The second gap also holds the wait for the second answer, during which the paused clock
+    // may jump to the connection pool's idle timer, so only its lower bound is exact.
+    assert!(g[1] >= Duration::from_millis(500), "{g:?}");
 }
 
 #[tokio::test(start_paused = true)]
