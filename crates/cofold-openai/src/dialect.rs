@@ -162,6 +162,9 @@ impl Dialect {
                 name: "gemini",
                 reasoning_echo: ReasoningEcho::Never,
                 stream_options: false,
+                // Whether its endpoint always ends with `[DONE]` is not documented; the finish
+                // reason it always sends is enough.
+                require_done: false,
                 ..strict
             },
             "mistral" => Dialect {
