@@ -4,6 +4,7 @@
 use cofold_agents::policy::PermissionMode;
 use cofold_agents::provider::ProviderConfig;
 use cofold_agents::thinking::EFFORT_LEVELS;
+use cofold_openai::settings::{ProviderSettings, SETTINGS_KEYS};
 use serde_json::{Map, Value};
 
 /// How the merged configuration is checked.
@@ -187,9 +188,11 @@ fn provider(key: &str, v: &Value) -> Result<(), Problem> {
                 }
                 None => return Err(problem(&sub, "must be an object of strings")),
             },
+            other if SETTINGS_KEYS.contains(&other) => {}
             _ => return Err(problem(&sub, "is not a field")),
         }
     }
+    ProviderSettings::from_entry(map).map_err(|e| problem(&format!("{key}.{}", e.key), &e.must))?;
     for required in ["id", "baseUrl"] {
         if !map.contains_key(required) {
             return Err(problem(
@@ -198,16 +201,21 @@ fn provider(key: &str, v: &Value) -> Result<(), Problem> {
             ));
         }
     }
-    // The shared schema is the final word on what a provider is.
-    ProviderConfig::from_value(v).map(|_| ()).map_err(|issues| {
-        problem(
-            key,
-            &format!(
-                "is not a provider: {}",
-                cofold_agents::schema::issues_text(&issues)
-            ),
-        )
-    })
+    // The shared schema is the final word on what a provider is; the transport settings are
+    // the adapter's and were checked above.
+    let mut core = map.clone();
+    core.retain(|k, _| !SETTINGS_KEYS.contains(&k.as_str()));
+    ProviderConfig::from_value(&Value::Object(core))
+        .map(|_| ())
+        .map_err(|issues| {
+            problem(
+                key,
+                &format!(
+                    "is not a provider: {}",
+                    cofold_agents::schema::issues_text(&issues)
+                ),
+            )
+        })
 }
 
 fn rule(key: &str, v: &Value) -> Result<(), Problem> {

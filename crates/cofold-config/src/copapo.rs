@@ -8,6 +8,7 @@ use cofold_agents::model::ModelParams;
 use cofold_agents::policy::{PermissionMode, Rule};
 use cofold_agents::provider::ProviderConfig;
 use cofold_agents::thinking::EffortLevel;
+use cofold_openai::settings::{ProviderSettings, SETTINGS_KEYS};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -160,6 +161,46 @@ pub struct AppConfig {
     /// Where every value came from (the layers read), before the environment overlay.
     #[serde(skip, default = "empty_resolved")]
     pub resolved: Resolved,
+    /// Each provider's transport settings by provider id (time limits, retries, proxy,
+    /// certificates, dialect and quirks); a provider without any has none here.
+    #[serde(skip)]
+    pub provider_settings: HashMap<String, ProviderSettings>,
+}
+
+impl AppConfig {
+    /// The settings of provider `id`: what its entry says, else every default.
+    pub fn settings_of(&self, id: &str) -> ProviderSettings {
+        self.provider_settings.get(id).cloned().unwrap_or_default()
+    }
+}
+
+/// Moves the transport settings out of each provider entry (the shared provider schema does not
+/// know them) and reads them. Entries were checked before, so a failure here only drops them.
+fn take_settings(values: &mut Value) -> HashMap<String, ProviderSettings> {
+    let mut out = HashMap::new();
+    let Some(list) = values.get_mut("providers").and_then(Value::as_array_mut) else {
+        return out;
+    };
+    for entry in list.iter_mut().filter_map(Value::as_object_mut) {
+        let mut settings = serde_json::Map::new();
+        for key in SETTINGS_KEYS {
+            if let Some(v) = entry.shift_remove(key) {
+                settings.insert(key.to_owned(), v);
+            }
+        }
+        let id = entry.get("id").and_then(Value::as_str).map(str::to_owned);
+        if let (Some(id), false) = (id, settings.is_empty()) {
+            match ProviderSettings::from_entry(&settings) {
+                Ok(s) => {
+                    out.insert(id, s);
+                }
+                Err(e) => {
+                    tracing::warn!(provider = %id, "{e}; the provider's settings are ignored")
+                }
+            }
+        }
+    }
+    out
 }
 
 fn empty_resolved() -> Resolved {
@@ -190,6 +231,7 @@ fn overlay_var<'a>(env: &'a HashMap<String, String>, x: &str) -> Option<&'a str>
 pub fn apply_environment(config: &mut AppConfig, env: &HashMap<String, String>) {
     if let Some(base_url) = overlay_var(env, "BASE_URL") {
         config.providers.retain(|p| p.id != "default");
+        config.provider_settings.remove("default");
         let mut p = ProviderConfig::new("default", base_url);
         p.api_key = overlay_var(env, "API_KEY").map(str::to_owned);
         config.providers.insert(0, p);
@@ -238,12 +280,14 @@ pub fn load_copapo(options: LoadOptions) -> Result<AppConfig, ConfigError> {
             key: p.key,
         });
     }
+    let provider_settings = take_settings(&mut values);
     let mut config: AppConfig =
         serde_json::from_value(values).map_err(|e| ConfigError::Invalid {
             message: format!("the configuration does not fit its shape: {e}"),
             key: String::new(),
         })?;
     config.resolved = resolved;
+    config.provider_settings = provider_settings;
     apply_environment(&mut config, &env);
     Ok(config)
 }

@@ -17,11 +17,13 @@
 //! # Ok(()) }
 //! ```
 
+mod advice;
 mod check;
 mod copapo;
 mod error;
 mod resolve;
 
+pub use advice::UnknownProvider;
 pub use check::Mode;
 pub use cofold_agents::provider::{ModelRef, PROVIDER_SCHEMA, ProviderConfig, split_model};
 pub use copapo::{

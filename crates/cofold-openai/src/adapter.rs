@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cofold_agents::error::{AgentError, ErrorCode};
+use cofold_agents::error::AgentError;
 use cofold_agents::model::{
     ModelAdapter, ModelFeatures, ModelParams, ModelPricing, ModelReply, ModelRequest,
     ModelStreamEvent, ReasoningEffort,
@@ -12,8 +12,12 @@ use cofold_agents::model::{
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-use crate::http::{Endpoint, abort_error, error_chain};
+use crate::body::read_whole;
+use crate::dialect::ReasoningEcho;
+use crate::http::Endpoint;
 use crate::request::{BodyContext, build_body, check_features};
+use crate::retry::Tries;
+use crate::stream::Bodies;
 
 /// An adapter built by [`crate::OpenAiProvider::model`]; it shares its provider's endpoint, key,
 /// headers and HTTP client.
@@ -38,14 +42,31 @@ impl std::fmt::Debug for OpenAiAdapter {
 
 impl OpenAiAdapter {
     fn body(&self, request: &ModelRequest, stream: bool) -> Result<Value, AgentError> {
+        let dialect = &self.endpoint.dialect;
+        let echo = match dialect.reasoning_echo {
+            ReasoningEcho::Never => None,
+            ReasoningEcho::Field(f) => Some(f),
+            ReasoningEcho::Auto => self.endpoint.learned.reasoning_field(),
+        };
         let ctx = BodyContext {
             model_id: &self.model_id,
             features: self.features,
             default_params: self.params.as_ref(),
             reasoning_budgets: &self.budgets,
+            dialect,
+            echo,
+            learned: &self.endpoint.learned,
         };
         check_features(&ctx, request)?;
         Ok(build_body(&ctx, request, stream))
+    }
+
+    fn bodies(&self, request: &ModelRequest) -> Result<Bodies, AgentError> {
+        Ok(Bodies {
+            streamed: self.body(request, true)?,
+            whole: self.body(request, false)?,
+            offers_tools: !request.tools.is_empty(),
+        })
     }
 
     /// The model's default params (request params override them key by key).
@@ -81,17 +102,24 @@ impl ModelAdapter for OpenAiAdapter {
         let body = self.body(&request, false)?;
         let url = self.endpoint.url("/chat/completions");
         let signal = &request.signal;
-        let resp = self.endpoint.send(&url, Some(&body), signal).await?;
-        let text = tokio::select! {
-            t = resp.text() => t.map_err(|e| {
-                AgentError::new(
-                    ErrorCode::Network,
-                    format!("the answer from {url} broke off: {}", error_chain(&e)),
-                )
-            })?,
-            _ = signal.cancelled() => return Err(abort_error(signal, &url)),
-        };
-        crate::reply::parse_completion(&text)
+        // A body cut short or not a completion is tried again like a failed request.
+        let mut tries = Tries::new(&self.endpoint);
+        loop {
+            let answer = match self.endpoint.attempt(&url, Some(&body), true, signal).await {
+                Ok((resp, clock)) => read_whole(resp, clock, &url, signal)
+                    .await
+                    .and_then(|text| crate::reply::parse_completion(&text, &url))
+                    .map_err(Into::into),
+                Err(f) => Err(f),
+            };
+            match answer {
+                Ok((reply, field)) => {
+                    self.endpoint.learn_from(&reply, field);
+                    return Ok(reply);
+                }
+                Err(f) => tries.again(f, &url, signal).await?,
+            }
+        }
     }
 
     fn stream(
@@ -101,10 +129,9 @@ impl ModelAdapter for OpenAiAdapter {
         if !self.features.streaming {
             return None;
         }
-        let body = self.body(&request, true);
         Some(crate::stream::start(
             self.endpoint.clone(),
-            body,
+            self.bodies(&request),
             request.signal.clone(),
         ))
     }

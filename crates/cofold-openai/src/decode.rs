@@ -1,13 +1,14 @@
 //! Turning the SSE events of a streamed answer into [`ModelStreamEvent`]s and, at the end, the
 //! whole [`ModelReply`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::model::{ModelReply, ModelStreamEvent};
 use serde_json::Value;
 
-use crate::reply::{assistant, finish_of, tool_call, usage_of};
+use crate::dialect::ReasoningField;
+use crate::reply::{arguments_text, assistant, finish_of, tool_call, usage_of};
 use crate::sse::SseEvent;
 use crate::think::{Piece, ThinkSplitter};
 
@@ -25,7 +26,14 @@ pub struct StreamDecoder {
     splitter: Option<ThinkSplitter>,
     reasoning: String,
     text: String,
+    /// Calls by the index they are reported under: the server's, unless repair moved one.
     calls: BTreeMap<u32, CallParts>,
+    /// Server indexes whose calls were moved to another index by repair.
+    moved: HashMap<u64, u32>,
+    /// The index of the last fragment, which an index-less, id-less fragment continues.
+    last: Option<u32>,
+    repair_index: bool,
+    reasoning_field: Option<ReasoningField>,
     usage: Option<Value>,
     finish: Option<String>,
     chunks: Vec<Value>,
@@ -63,11 +71,57 @@ impl StreamDecoder {
             reasoning: String::new(),
             text: String::new(),
             calls: BTreeMap::new(),
+            moved: HashMap::new(),
+            last: None,
+            repair_index: true,
+            reasoning_field: None,
             usage: None,
             finish: None,
             chunks: Vec::new(),
             done: false,
         }
+    }
+
+    /// The same decoder without tool-call index repair: fragments are grouped by their `index`
+    /// alone, even when a new `id` arrives under an index already in use.
+    pub fn without_index_repair(mut self) -> Self {
+        self.repair_index = false;
+        self
+    }
+
+    /// The field reasoning arrived in, when it came in one of its own.
+    pub fn reasoning_field(&self) -> Option<ReasoningField> {
+        self.reasoning_field
+    }
+
+    /// Whether any chunk arrived at all.
+    pub fn saw_chunks(&self) -> bool {
+        !self.chunks.is_empty() || self.done
+    }
+
+    /// Whether the reply is whole: a finish reason arrived (and `[DONE]`, when `require_done`).
+    /// The error names what is missing; it is retryable, as a stream cut short usually is.
+    pub fn check_whole(&self, require_done: bool) -> Result<(), AgentError> {
+        let missing = if self.finish.is_none() {
+            "no finish reason"
+        } else if require_done && !self.done {
+            "no [DONE]"
+        } else {
+            return Ok(());
+        };
+        let got = if self.chunks.is_empty() {
+            "before any chunk".to_owned()
+        } else {
+            format!("after {} chunks", self.chunks.len())
+        };
+        Err(AgentError::new(
+            ErrorCode::Network,
+            format!(
+                "the answer from {} ended {got} with {missing}: it was cut short",
+                self.url
+            ),
+        )
+        .with_retryable(true))
     }
 
     /// Whether `[DONE]` arrived (later events are ignored).
@@ -99,17 +153,26 @@ impl StreamDecoder {
                 ),
             )
         })?;
-        if let Some(err) = chunk.get("error").filter(|e| e.is_object())
-            && chunk.get("choices").is_none()
-        {
+        // OpenRouter reports a failure after tokens were sent as a chunk with `error` beside a
+        // choice whose finish reason is `error`: the reply is broken, whatever came before.
+        let finished_with_error = chunk
+            .get("choices")
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("finish_reason"))
+            .and_then(Value::as_str)
+            == Some("error");
+        let err = chunk
+            .get("error")
+            .filter(|e| e.is_object() || e.is_string());
+        if err.is_some() || finished_with_error {
             let message = err
-                .get("message")
-                .and_then(Value::as_str)
+                .and_then(|e| e.get("message").and_then(Value::as_str).or(e.as_str()))
                 .unwrap_or("no message given");
             return Err(AgentError::new(
                 ErrorCode::Server,
                 format!("{} reported an error: {message}", self.url),
             )
+            .with_retryable(true)
             .with_detail(chunk.clone()));
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
@@ -140,9 +203,11 @@ impl StreamDecoder {
 
     fn delta(&mut self, delta: &Value, out: &mut impl FnMut(ModelStreamEvent)) {
         let (reasoning, text) = (&mut self.reasoning, &mut self.text);
-        if let Some(r) =
-            non_empty_str(delta, "reasoning").or_else(|| non_empty_str(delta, "reasoning_content"))
-        {
+        let field = [ReasoningField::Reasoning, ReasoningField::ReasoningContent]
+            .into_iter()
+            .find_map(|f| non_empty_str(delta, f.as_str()).map(|r| (f, r)));
+        if let Some((f, r)) = field {
+            self.reasoning_field = Some(f);
             if let Some(mut s) = self.splitter.take() {
                 s.turn_off(&mut |p| push_piece(p, reasoning, text, out));
             }
@@ -156,37 +221,77 @@ impl StreamDecoder {
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for (position, call) in calls.iter().enumerate() {
-                let index = call
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .and_then(|i| u32::try_from(i).ok())
-                    .unwrap_or(position as u32);
-                let id = non_empty_str(call, "id").map(str::to_owned);
-                let function = call.get("function");
-                let name = function
-                    .and_then(|f| non_empty_str(f, "name"))
-                    .map(str::to_owned);
-                let arguments = function
-                    .and_then(|f| f.get("arguments"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                let acc = self.calls.entry(index).or_default();
-                if acc.id.is_none() {
-                    acc.id.clone_from(&id);
-                }
-                if acc.name.is_none() {
-                    acc.name.clone_from(&name);
-                }
-                acc.arguments.push_str(&arguments);
-                out(ModelStreamEvent::ToolCallDelta {
-                    index,
-                    call_id: id,
-                    name,
-                    arguments,
-                });
+                self.call_fragment(position, call, out);
             }
         }
+    }
+
+    /// The index a fragment belongs to. With repair on, an `id` already seen goes to its own
+    /// call and a new `id` starts a call whatever its `index` (Gemini repeats or omits indexes
+    /// for parallel calls): it keeps the server's index when that is free, else takes the next
+    /// free one, and later id-less fragments under the server's index follow it there. A fragment
+    /// with neither `id` nor `index` continues the last call.
+    fn slot(&mut self, position: usize, call: &Value, id: Option<&str>) -> u32 {
+        let index = call.get("index").and_then(Value::as_u64);
+        let as_key = |i: u64| u32::try_from(i).unwrap_or(u32::MAX);
+        if self.repair_index {
+            if let Some(id) = id {
+                if let Some((&k, _)) = self.calls.iter().find(|(_, c)| c.id.as_deref() == Some(id))
+                {
+                    return k;
+                }
+                let wanted = index.map(|i| self.moved.get(&i).copied().unwrap_or(as_key(i)));
+                let key = match wanted {
+                    Some(k) if self.calls.get(&k).is_none_or(|c| c.id.is_none()) => k,
+                    _ => self
+                        .calls
+                        .keys()
+                        .next_back()
+                        .map_or(0, |k| k.saturating_add(1)),
+                };
+                if let Some(i) = index {
+                    self.moved.insert(i, key);
+                }
+                return key;
+            }
+            if index.is_none()
+                && let Some(last) = self.last
+            {
+                return last;
+            }
+        }
+        let i = index.unwrap_or(position as u64);
+        self.moved.get(&i).copied().unwrap_or(as_key(i))
+    }
+
+    fn call_fragment(
+        &mut self,
+        position: usize,
+        call: &Value,
+        out: &mut impl FnMut(ModelStreamEvent),
+    ) {
+        let id = non_empty_str(call, "id").map(str::to_owned);
+        let slot = self.slot(position, call, id.as_deref());
+        self.last = Some(slot);
+        let function = call.get("function");
+        let name = function
+            .and_then(|f| non_empty_str(f, "name"))
+            .map(str::to_owned);
+        let arguments = arguments_text(function.and_then(|f| f.get("arguments")));
+        let acc = self.calls.entry(slot).or_default();
+        if acc.id.is_none() {
+            acc.id.clone_from(&id);
+        }
+        if acc.name.is_none() {
+            acc.name.clone_from(&name);
+        }
+        acc.arguments.push_str(&arguments);
+        out(ModelStreamEvent::ToolCallDelta {
+            index: slot,
+            call_id: id,
+            name,
+            arguments,
+        });
     }
 
     /// Ends the reply: flushes what the think splitter holds and assembles the whole reply.

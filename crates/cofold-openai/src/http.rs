@@ -1,5 +1,6 @@
-//! Sending one request with the provider's key and headers: retries before a body is read, with
-//! backoff on tokio's clock, and HTTP failures mapped to the runtime's error codes.
+//! Sending one request with the provider's key and headers: one attempt within the first-byte
+//! limit, and HTTP failures mapped to the runtime's error codes with the provider's own sentence
+//! (keys masked).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,13 @@ use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::tool::{AbortReason, AbortSignal};
 use futures::future::BoxFuture;
 use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::body::{BodyClock, read_whole};
+use crate::dialect::{Dialect, Learned};
+use crate::retry::Tries;
+use crate::retry::{asked_wait, status_is_retryable};
+use crate::settings::{RetryPolicy, TimeLimits};
 
 /// The API key: fixed, or asked for on every HTTP attempt (never cached).
 #[derive(Clone)]
@@ -47,12 +55,23 @@ pub(crate) struct Endpoint {
     pub api_key: Option<ApiKey>,
     pub headers: Vec<(String, String)>,
     pub client: reqwest::Client,
-    pub retries: u32,
+    pub retry: RetryPolicy,
+    pub limits: TimeLimits,
+    pub dialect: Dialect,
+    pub learned: Learned,
 }
 
-/// Backoff before retry `k` (1-based): 500 ms × 2^(k-1).
-pub(crate) fn backoff(k: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1u64 << (k - 1).min(16)))
+/// A failed attempt and the wait the server asked for before the next one.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub error: AgentError,
+    pub wait: Option<Duration>,
+}
+
+impl From<AgentError> for Failure {
+    fn from(error: AgentError) -> Self {
+        Failure { error, wait: None }
+    }
 }
 
 fn aborted() -> AgentError {
@@ -75,6 +94,17 @@ pub(crate) fn no_answer(url: &str) -> AgentError {
     .with_retryable(true)
 }
 
+/// A duration as people write it: `10 s`, `1.5 s`, `250 ms`.
+pub(crate) fn shown(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
 /// Cuts `text` to at most `n` characters (never inside one).
 fn first_chars(text: &str, n: usize) -> &str {
     match text.char_indices().nth(n) {
@@ -83,116 +113,50 @@ fn first_chars(text: &str, n: usize) -> &str {
     }
 }
 
-impl Endpoint {
-    /// `<base><path>`.
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base_url, path)
+/// Masks anything shaped like an API key (`sk-…`, `key-…` of 12 characters or more), whoever's
+/// it is: servers quote keys back in their refusals.
+fn mask_keys(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = ["sk-", "key-"].iter().filter_map(|p| rest.find(p)).min() {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let len = from
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .unwrap_or(from.len());
+        let starts_word = !before
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+        if len >= 12 && starts_word {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(&from[..len.max(1)]);
+        }
+        rest = &from[len.max(1)..];
     }
+    out.push_str(rest);
+    out
+}
 
-    async fn key(&self) -> Result<Option<String>, AgentError> {
-        match &self.api_key {
-            None => Ok(None),
-            Some(ApiKey::Fixed(k)) => Ok(Some(k.clone())),
-            Some(ApiKey::Dynamic(f)) => f().await,
-        }
-    }
-
-    /// Replaces the key wherever an endpoint echoed it back, so no error carries it.
-    pub fn redact(&self, text: &str, key: Option<&str>) -> String {
-        match key {
-            Some(k) if k.len() >= 4 && text.contains(k) => text.replace(k, "[redacted]"),
-            _ => text.to_owned(),
-        }
-    }
-
-    /// Sends `body` (POST) or nothing (GET) to `url`, retrying failures that happen before a body
-    /// is read. Returns a 2xx response whose body has not been read yet.
-    pub async fn send(
-        &self,
-        url: &str,
-        body: Option<&Value>,
-        signal: &AbortSignal,
-    ) -> Result<reqwest::Response, AgentError> {
-        let mut attempt = 0u32;
-        loop {
-            if attempt > 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff(attempt)) => {}
-                    _ = signal.cancelled() => return Err(abort_error(signal, url)),
-                }
-            }
-            if signal.is_aborted() {
-                return Err(abort_error(signal, url));
-            }
-            let key = self.key().await?;
-            let last = attempt >= self.retries;
-            attempt += 1;
-            match self.attempt(url, body, key.as_deref(), signal).await {
-                Ok(resp) => return Ok(resp),
-                Err(e) if e.retryable && !last && e.code != ErrorCode::Aborted => {
-                    tracing::debug!(url, code = %e.code, attempt, "retrying a model request");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    async fn attempt(
-        &self,
-        url: &str,
-        body: Option<&Value>,
-        key: Option<&str>,
-        signal: &AbortSignal,
-    ) -> Result<reqwest::Response, AgentError> {
-        // The body is serialized here (not with `.json`) so `content-type` is set exactly once.
-        let mut req = match body {
-            Some(b) => self.client.post(url).body(b.to_string()),
-            None => self.client.get(url),
-        };
-        req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
-        for (k, v) in &self.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        if let Some(k) = key.filter(|k| !k.is_empty()) {
-            req = req.bearer_auth(k);
-        }
-        let sent = tokio::select! {
-            r = req.send() => r,
-            _ = signal.cancelled() => return Err(abort_error(signal, url)),
-        };
-        let resp = match sent {
-            Ok(r) => r,
-            Err(e) => {
-                let cause = self.redact(&error_chain(&e), key);
-                return Err(AgentError::new(
-                    ErrorCode::Network,
-                    format!("cannot reach {url}: {cause}"),
-                )
-                .with_retryable(true));
-            }
-        };
-        let status = resp.status().as_u16();
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let text = tokio::select! {
-            t = resp.text() => t.unwrap_or_default(),
-            _ = signal.cancelled() => return Err(abort_error(signal, url)),
-        };
-        let text = self.redact(&text, key);
-        let message = format!("{status} from {url}: {}", first_chars(&text, 500));
-        let err = match status {
-            429 => AgentError::new(ErrorCode::RateLimit, message)
-                .with_retryable(true)
-                .with_detail(Value::String(text)),
-            500..=599 => AgentError::new(ErrorCode::Server, message)
-                .with_retryable(true)
-                .with_detail(Value::String(text)),
-            401 | 403 => AgentError::new(ErrorCode::Auth, message),
-            _ => AgentError::new(ErrorCode::InvalidResponse, message),
-        };
-        Err(err.with_status(status))
-    }
+/// The provider's own sentence from an error body: `error.message`, `message`, `detail` or a
+/// string `error`; else the body itself.
+pub(crate) fn provider_message(text: &str) -> String {
+    let from_json = serde_json::from_str::<Value>(text).ok().and_then(|v| {
+        let pick = |v: &Value| v.as_str().map(str::to_owned);
+        v.pointer("/error/message")
+            .and_then(pick)
+            .or_else(|| v.get("message").and_then(pick))
+            .or_else(|| v.get("detail").and_then(pick))
+            .or_else(|| v.get("error").and_then(pick))
+            .or_else(|| {
+                // FastAPI's validation answers (vLLM, llama-cpp-python): a list of problems.
+                v.get("detail")
+                    .filter(|d| d.is_array())
+                    .map(Value::to_string)
+            })
+    });
+    from_json.unwrap_or_else(|| text.trim().to_owned())
 }
 
 /// A reqwest error with its causes, which hold the useful part (`connection refused`).
@@ -210,16 +174,172 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+impl Endpoint {
+    /// Keeps what a whole reply tells about the server: the field its reasoning came in, and
+    /// the reasoning of a reply that called tools, for the tool loop's next requests.
+    pub fn learn_from(
+        &self,
+        reply: &cofold_agents::model::ModelReply,
+        field: Option<crate::dialect::ReasoningField>,
+    ) {
+        use cofold_agents::message::Part;
+        if let Some(f) = field {
+            self.learned.saw_reasoning_field(f);
+        }
+        let parts = &reply.message.parts;
+        if !parts.iter().any(|p| matches!(p, Part::ToolCall(_))) {
+            return;
+        }
+        let reasoning: String = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Reasoning { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !reasoning.is_empty() {
+            self.learned
+                .remember_reasoning(&reply.message.id, &reasoning);
+        }
+    }
+
+    /// `<base><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url, path)
+    }
+
+    async fn key(&self) -> Result<Option<String>, AgentError> {
+        match &self.api_key {
+            None => Ok(None),
+            Some(ApiKey::Fixed(k)) => Ok(Some(k.clone())),
+            Some(ApiKey::Dynamic(f)) => f().await,
+        }
+    }
+
+    /// Replaces the key wherever an endpoint echoed it back, and anything shaped like a key, so
+    /// no error carries one.
+    pub fn redact(&self, text: &str, key: Option<&str>) -> String {
+        let text = match key {
+            Some(k) if k.len() >= 4 && text.contains(k) => text.replace(k, "[redacted]"),
+            _ => text.to_owned(),
+        };
+        mask_keys(&text)
+    }
+
+    /// Sends `body` (POST) or nothing (GET) to `url`, retrying failures that happen before a body
+    /// is read. Returns a 2xx response whose body has not been read yet, with its clock.
+    pub async fn send(
+        &self,
+        url: &str,
+        body: Option<&Value>,
+        signal: &AbortSignal,
+    ) -> Result<(reqwest::Response, BodyClock), AgentError> {
+        let mut tries = Tries::new(self);
+        loop {
+            match self.attempt(url, body, false, signal).await {
+                Ok(sent) => return Ok(sent),
+                Err(f) => tries.again(f, url, signal).await?,
+            }
+        }
+    }
+
+    /// One attempt: the request sent and its answer's head read within the first-byte limit, or
+    /// the whole-answer limit when `whole` (a chat request asked without streaming).
+    pub async fn attempt(
+        &self,
+        url: &str,
+        body: Option<&Value>,
+        whole: bool,
+        signal: &AbortSignal,
+    ) -> Result<(reqwest::Response, BodyClock), Failure> {
+        if signal.is_aborted() {
+            return Err(abort_error(signal, url).into());
+        }
+        let key = self.key().await?;
+        let key = key.as_deref();
+        // The body is serialized here (not with `.json`) so `content-type` is set exactly once.
+        let mut req = match body {
+            Some(b) => self.client.post(url).body(b.to_string()),
+            None => self.client.get(url),
+        };
+        req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+        for (k, v) in &self.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if let Some(k) = key.filter(|k| !k.is_empty()) {
+            req = req.bearer_auth(k);
+        }
+        let start = Instant::now();
+        let first = if whole {
+            self.limits
+                .whole
+                .map(|d| (start, d, "limit for a whole answer"))
+        } else {
+            self.limits
+                .first_byte
+                .map(|d| (start, d, "first-byte limit"))
+        };
+        let clock = BodyClock::new(first, self.limits.idle);
+        let head_deadline = clock.deadline();
+        let expiry = async {
+            match head_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => futures::future::pending().await,
+            }
+        };
+        let sent = tokio::select! {
+            r = req.send() => r,
+            _ = expiry => return Err(clock.expired(url).into()),
+            _ = signal.cancelled() => return Err(abort_error(signal, url).into()),
+        };
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let cause = if e.is_connect() && e.is_timeout() {
+                    let limit = self.limits.connect.map(shown).unwrap_or_default();
+                    format!("no connection within the connect limit of {limit}")
+                } else {
+                    self.redact(&error_chain(&e), key)
+                };
+                return Err(AgentError::new(
+                    ErrorCode::Network,
+                    format!("cannot reach {url}: {cause}"),
+                )
+                .with_retryable(true)
+                .into());
+            }
+        };
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok((resp, clock));
+        }
+        let wait = asked_wait(resp.headers());
+        let text = match read_whole(resp, clock, url, signal).await {
+            Ok(t) => t,
+            Err(e) if e.code == ErrorCode::Aborted => return Err(e.into()),
+            Err(_) => String::new(),
+        };
+        let text = self.redact(&text, key);
+        let said = provider_message(&text);
+        let message = format!("{status} from {url}: {}", first_chars(&said, 500));
+        let code = match status {
+            429 => ErrorCode::RateLimit,
+            401 | 403 => ErrorCode::Auth,
+            408 => ErrorCode::Network,
+            s if status_is_retryable(s) => ErrorCode::Server,
+            _ => ErrorCode::InvalidResponse,
+        };
+        let error = AgentError::new(code, message)
+            .with_retryable(status_is_retryable(status))
+            .with_detail(Value::String(text))
+            .with_status(status);
+        Err(Failure { error, wait })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_from_half_a_second() {
-        assert_eq!(backoff(1), Duration::from_millis(500));
-        assert_eq!(backoff(2), Duration::from_millis(1000));
-        assert_eq!(backoff(3), Duration::from_millis(2000));
-    }
 
     #[test]
     fn excerpts_never_split_a_character() {
@@ -231,5 +351,37 @@ mod tests {
     fn debug_never_shows_the_key() {
         let k = ApiKey::from("sk-secret-value");
         assert!(!format!("{k:?}").contains("secret"));
+    }
+
+    #[test]
+    fn key_shaped_words_are_masked() {
+        assert_eq!(
+            mask_keys("Incorrect API key provided: sk-abcdef123456789. Try again"),
+            "Incorrect API key provided: [redacted]. Try again"
+        );
+        assert_eq!(
+            mask_keys("task-list sk-1 risk-free"),
+            "task-list sk-1 risk-free"
+        );
+    }
+
+    #[test]
+    fn provider_messages_are_found() {
+        assert_eq!(
+            provider_message(r#"{"error":{"message":"Missing reasoning_content","type":"x"}}"#),
+            "Missing reasoning_content"
+        );
+        assert_eq!(
+            provider_message(r#"{"object":"error","message":"Extra inputs are not permitted"}"#),
+            "Extra inputs are not permitted"
+        );
+        assert_eq!(provider_message("plain words\n"), "plain words");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(shown(Duration::from_secs(10)), "10 s");
+        assert_eq!(shown(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(shown(Duration::from_millis(250)), "250 ms");
     }
 }

@@ -1,7 +1,9 @@
 //! The OpenAI-compatible Chat Completions adapter for the cofold runtime.
 //!
 //! Streams text, reasoning and tool-call deltas as they arrive over SSE, maps errors to the
-//! runtime's codes, retries only before a body was read, and reads the `GET /models` catalogue.
+//! runtime's codes, bounds every stage of a request by a time limit, retries failed or cut-short
+//! answers without passing anything on twice, writes each server's dialect, and reads the
+//! `GET /models` catalogue.
 //!
 //! ```no_run
 //! use cofold_agents::model::{ModelProvider, ModelSpec};
@@ -17,12 +19,17 @@
 //! ```
 
 mod adapter;
+mod body;
 mod catalogue;
 mod decode;
+pub mod dialect;
 mod http;
+pub mod net;
 mod provider;
 mod reply;
 mod request;
+mod retry;
+pub mod settings;
 pub mod sse;
 mod stream;
 pub mod think;
@@ -30,7 +37,9 @@ pub mod think;
 pub use adapter::OpenAiAdapter;
 pub use catalogue::DEFAULT_FEATURES;
 pub use decode::StreamDecoder;
+pub use dialect::Dialect;
 pub use http::ApiKey;
 pub use provider::{
     OpenAiProvider, ProviderOptions, Providers, list_all, openai_compat, provider_for, providers_of,
 };
+pub use settings::{Network, ProviderSettings, RetryPolicy, SettingsError, TimeLimits};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cofold_agents::error::{AgentError, ErrorCode};
+use cofold_agents::error::AgentError;
 use cofold_agents::model::{
     ListOptions, ModelAdapter, ModelInfo, ModelProvider, ModelSpec, ReasoningEffort,
 };
@@ -15,11 +15,15 @@ use cofold_agents::tool::AbortSignal;
 use indexmap::IndexMap;
 
 use crate::adapter::OpenAiAdapter;
+use crate::body::read_whole;
 use crate::catalogue::{DEFAULT_FEATURES, parse_models};
-use crate::http::{ApiKey, Endpoint, abort_error, error_chain, no_answer};
+use crate::dialect::{Dialect, Learned};
+use crate::http::{ApiKey, Endpoint, no_answer};
+use crate::settings::{Network, ProviderSettings, RetryPolicy, TimeLimits};
 
 /// How to reach an endpoint. Defaults: no key, no extra headers, no reasoning budgets, the name
-/// taken from the base URL's host and port, 2 retries (3 attempts in all).
+/// taken from the base URL's host and port, 3 attempts, the default time limits, the proxy
+/// variables of the process's environment, and the dialect the base URL implies.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderOptions {
     /// The base URL, such as `https://api.deepseek.com/v1`; a trailing `/` is removed.
@@ -33,8 +37,17 @@ pub struct ProviderOptions {
     pub reasoning_budgets: HashMap<ReasoningEffort, u64>,
     /// The provider's name; its id is `openai-compat:<name>`.
     pub name: Option<String>,
-    /// Extra attempts after a failure before any body was read (default 2).
+    /// Extra attempts after a failed one; when set, overrides `retry.max_attempts` (as its
+    /// value + 1).
     pub retries: Option<u32>,
+    /// Attempts and the longest wait a server may ask for.
+    pub retry: RetryPolicy,
+    /// Connect, first-byte and idle limits.
+    pub limits: TimeLimits,
+    /// Proxy, extra certificates, and where proxy variables are read.
+    pub network: Network,
+    /// The server's quirks; `None` takes the preset the base URL implies.
+    pub dialect: Option<Dialect>,
 }
 
 impl ProviderOptions {
@@ -66,6 +79,15 @@ impl ProviderOptions {
             name: Some(config.id.clone()),
             ..ProviderOptions::default()
         }
+    }
+
+    /// The same options with a provider entry's settings (limits, retries, network, dialect).
+    pub fn with_settings(mut self, settings: &ProviderSettings) -> Self {
+        self.limits = settings.limits;
+        self.retry = settings.retry;
+        self.network = settings.network.clone();
+        self.dialect = Some(settings.dialect_for(&self.base_url));
+        self
     }
 }
 
@@ -99,9 +121,14 @@ impl OpenAiProvider {
                 ))
             })?,
         };
-        let client = reqwest::Client::builder().build().map_err(|e| {
-            AgentError::internal(format!("cannot build the HTTP client: {}", error_chain(&e)))
-        })?;
+        let client = crate::net::build_client(&options.limits, &options.network)?;
+        let mut retry = options.retry;
+        if let Some(extra) = options.retries {
+            retry.max_attempts = extra.saturating_add(1);
+        }
+        let dialect = options
+            .dialect
+            .unwrap_or_else(|| Dialect::for_base_url(&base_url));
         Ok(OpenAiProvider {
             id: format!("openai-compat:{name}"),
             endpoint: Arc::new(Endpoint {
@@ -109,7 +136,10 @@ impl OpenAiProvider {
                 api_key: options.api_key,
                 headers: options.headers,
                 client,
-                retries: options.retries.unwrap_or(2),
+                retry,
+                limits: options.limits,
+                dialect,
+                learned: Learned::default(),
             }),
             budgets: Arc::new(options.reasoning_budgets),
         })
@@ -118,6 +148,11 @@ impl OpenAiProvider {
     /// The base URL without a trailing `/`.
     pub fn base_url(&self) -> &str {
         &self.endpoint.base_url
+    }
+
+    /// The dialect requests to this endpoint are written in.
+    pub fn dialect(&self) -> &Dialect {
+        &self.endpoint.dialect
     }
 
     /// The adapter for one model, typed (see [`ModelProvider::model`]).
@@ -142,14 +177,8 @@ impl OpenAiProvider {
 
     async fn fetch_models(&self, signal: &AbortSignal) -> Result<Vec<ModelInfo>, AgentError> {
         let url = self.endpoint.url("/models");
-        let resp = self.endpoint.send(&url, None, signal).await?;
-        let text = tokio::select! {
-            t = resp.text() => t.map_err(|e| AgentError::new(
-                ErrorCode::Network,
-                format!("the answer from {url} broke off: {}", error_chain(&e)),
-            ))?,
-            _ = signal.cancelled() => return Err(abort_error(signal, &url)),
-        };
+        let (resp, clock) = self.endpoint.send(&url, None, signal).await?;
+        let text = read_whole(resp, clock, &url, signal).await?;
         parse_models(&text)
     }
 }
@@ -214,8 +243,12 @@ pub fn provider_for(
         Some(p) => Ok((p.clone(), r.model)),
         None => {
             let ids: Vec<&str> = providers.keys().map(String::as_str).collect();
+            // A model id with a slash of its own (`model/llm/x.gguf`) reads as a provider; the
+            // usual fix is the first provider's id in front of it.
+            let first = ids.first().copied().unwrap_or("default");
             Err(AgentError::invalid_options(format!(
-                "model \"{reference}\" names provider \"{}\"; configured: {}",
+                "model \"{reference}\" names provider \"{}\", which is not configured \
+                 (configured: {}); if \"{reference}\" is a model id, write \"{first}/{reference}\"",
                 r.provider,
                 ids.join(", ")
             )))

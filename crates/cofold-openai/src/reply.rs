@@ -7,7 +7,18 @@ use cofold_agents::message::{Message, MessageSource, Part, Role, ToolCall};
 use cofold_agents::model::{FinishReason, ModelReply, Usage};
 use serde_json::Value;
 
+use crate::dialect::ReasoningField;
 use crate::think::split_think;
+
+/// A tool call's `arguments` as text: a string as sent, an object or list (some servers send
+/// the parsed arguments) serialized, anything else empty.
+pub(crate) fn arguments_text(arguments: Option<&Value>) -> String {
+    match arguments {
+        Some(Value::String(s)) => s.clone(),
+        Some(v @ (Value::Object(_) | Value::Array(_))) => v.to_string(),
+        _ => String::new(),
+    }
+}
 
 /// `finish_reason` as the runtime names it; tool calls always win.
 pub(crate) fn finish_of(reason: Option<&str>, has_calls: bool) -> FinishReason {
@@ -112,28 +123,59 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-/// Reads the body of a non-streaming answer.
-pub(crate) fn parse_completion(body: &str) -> Result<ModelReply, AgentError> {
-    let json: Value = serde_json::from_str(body)
-        .map_err(|_| AgentError::new(ErrorCode::InvalidResponse, "response is not JSON"))?;
+/// Reads the body of a non-streaming answer from `url`, with the field its reasoning came in.
+/// A body that is not JSON, an error object, or a completion without `choices[0].message` is a
+/// retryable failure: the server broke, the request may still be good.
+pub(crate) fn parse_completion(
+    body: &str,
+    url: &str,
+) -> Result<(ModelReply, Option<ReasoningField>), AgentError> {
+    let json: Value = serde_json::from_str(body).map_err(|_| {
+        let excerpt: String = body.trim().chars().take(200).collect();
+        AgentError::new(
+            ErrorCode::InvalidResponse,
+            format!("the answer from {url} is not JSON: {excerpt}"),
+        )
+        .with_retryable(true)
+    })?;
+    if let Some(err) = json.get("error").filter(|e| e.is_object() || e.is_string())
+        && json.get("choices").is_none()
+    {
+        let message = err
+            .get("message")
+            .and_then(Value::as_str)
+            .or_else(|| err.as_str())
+            .unwrap_or("no message given");
+        return Err(AgentError::new(
+            ErrorCode::Server,
+            format!("{url} reported an error: {message}"),
+        )
+        .with_retryable(true)
+        .with_detail(json.clone()));
+    }
     let Some(message) = json.pointer("/choices/0/message").filter(|m| m.is_object()) else {
         return Err(AgentError::new(
             ErrorCode::InvalidResponse,
-            "response has no choices[0].message",
+            format!("the answer from {url} has no choices[0].message"),
         )
+        .with_retryable(true)
         .with_detail(json));
     };
     let content = content_text(message.get("content"));
-    let field = ["reasoning", "reasoning_content"].iter().find_map(|k| {
-        message
-            .get(*k)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    });
+    let field = [ReasoningField::Reasoning, ReasoningField::ReasoningContent]
+        .into_iter()
+        .find_map(|f| {
+            message
+                .get(f.as_str())
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(|r| (f, r))
+        });
     let (reasoning, text) = match field {
-        Some(r) => (Some(r.to_owned()), content),
+        Some((_, r)) => (Some(r.to_owned()), content),
         None => split_think(&content),
     };
+    let field = field.map(|(f, _)| f);
     let calls: Vec<ToolCall> = message
         .get("tool_calls")
         .and_then(Value::as_array)
@@ -146,9 +188,7 @@ pub(crate) fn parse_completion(body: &str) -> Result<ModelReply, AgentError> {
                         c.pointer("/function/name")
                             .and_then(Value::as_str)
                             .unwrap_or(""),
-                        c.pointer("/function/arguments")
-                            .and_then(Value::as_str)
-                            .unwrap_or(""),
+                        &arguments_text(c.pointer("/function/arguments")),
                     )
                 })
                 .collect()
@@ -160,12 +200,14 @@ pub(crate) fn parse_completion(body: &str) -> Result<ModelReply, AgentError> {
         !calls.is_empty(),
     );
     let usage = usage_of(json.get("usage"));
-    Ok(ModelReply {
-        message: assistant(reasoning, text, calls),
+    let message = assistant(reasoning, text, calls);
+    let reply = ModelReply {
+        message,
         usage,
         finish,
         raw: Some(json),
-    })
+    };
+    Ok((reply, field))
 }
 
 #[cfg(test)]

@@ -7,12 +7,20 @@ use cofold_agents::message::{Message, Part, Role};
 use cofold_agents::model::{ModelFeatures, ModelParams, ModelRequest, ReasoningEffort};
 use serde_json::{Map, Value, json};
 
+use crate::dialect::{Dialect, EffortParam, Learned, MaxTokensField, ReasoningField};
+
 /// What the body depends on besides the request.
 pub(crate) struct BodyContext<'a> {
     pub model_id: &'a str,
     pub features: ModelFeatures,
     pub default_params: Option<&'a ModelParams>,
     pub reasoning_budgets: &'a HashMap<ReasoningEffort, u64>,
+    pub dialect: &'a Dialect,
+    /// The field reasoning goes back under on the assistant messages of the tool loop; `None`
+    /// sends none back.
+    pub echo: Option<ReasoningField>,
+    /// Reasoning remembered from earlier replies, for messages that arrive without theirs.
+    pub learned: &'a Learned,
 }
 
 /// Refuses a request the model cannot take, before anything is sent.
@@ -45,8 +53,16 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
     let mut body = Map::new();
     body.insert("model".into(), json!(ctx.model_id));
     let mut messages = vec![json!({ "role": "system", "content": request.instructions })];
-    for m in &request.messages {
-        map_message(m, &mut messages);
+    // The tool loop: what follows the person's last message. Servers that want reasoning back
+    // want it there; earlier turns' reasoning they ignore, so it is not sent.
+    let loop_start = request
+        .messages
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .map_or(0, |i| i + 1);
+    for (i, m) in request.messages.iter().enumerate() {
+        let echo = ctx.echo.filter(|_| i >= loop_start);
+        map_message(m, echo, ctx.learned, &mut messages);
     }
     body.insert("messages".into(), Value::Array(messages));
     if !request.tools.is_empty() {
@@ -60,6 +76,9 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
             .collect();
         body.insert("tools".into(), Value::Array(tools));
         body.insert("tool_choice".into(), json!("auto"));
+        if let Some(parallel) = ctx.dialect.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(parallel));
+        }
     }
     let params = merged_params(ctx.default_params, &request.params);
     if let Some(t) = params.temperature {
@@ -69,7 +88,11 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
         body.insert("top_p".into(), json!(p));
     }
     if let Some(n) = params.max_output_tokens {
-        body.insert("max_tokens".into(), json!(n));
+        let field = match ctx.dialect.max_tokens_field {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        };
+        body.insert(field.into(), json!(n));
     }
     if let Some(stop) = &params.stop {
         body.insert("stop".into(), json!(stop));
@@ -93,18 +116,28 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
                 Some(budget) => {
                     body.insert("reasoning".into(), json!({ "max_tokens": budget }));
                 }
-                None => {
-                    body.insert("reasoning_effort".into(), json!(effort.as_str()));
-                }
+                None => match ctx.dialect.reasoning_effort {
+                    EffortParam::ReasoningEffort => {
+                        body.insert("reasoning_effort".into(), json!(effort.as_str()));
+                    }
+                    EffortParam::ReasoningObject => {
+                        body.insert("reasoning".into(), json!({ "effort": effort.as_str() }));
+                    }
+                    EffortParam::Omit => {}
+                },
             },
             (None, None) => {}
         }
     }
-    if let Some(key) = &request.cache_key {
+    if let Some(key) = request
+        .cache_key
+        .as_ref()
+        .filter(|_| ctx.dialect.prompt_cache_key)
+    {
         body.insert("prompt_cache_key".into(), json!(key));
     }
     body.insert("stream".into(), json!(stream));
-    if stream {
+    if stream && ctx.dialect.stream_options {
         body.insert("stream_options".into(), json!({ "include_usage": true }));
     }
     Value::Object(body)
@@ -133,7 +166,7 @@ fn image_url(mime_type: &str, data: Option<&String>, url: Option<&String>) -> St
     }
 }
 
-fn map_message(m: &Message, out: &mut Vec<Value>) {
+fn map_message(m: &Message, echo: Option<ReasoningField>, learned: &Learned, out: &mut Vec<Value>) {
     match m.role {
         Role::Tool => {
             for p in &m.parts {
@@ -172,6 +205,26 @@ fn map_message(m: &Message, out: &mut Vec<Value>) {
                 json!(texts.concat())
             };
             msg.insert("content".into(), content);
+            let reasoning: String = m
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Reasoning { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            // A server that wants reasoning back refuses a tool-calling message without the
+            // field, so it is sent (empty if need be) on every message that called tools.
+            if let Some(field) = echo
+                && (!reasoning.is_empty() || !calls.is_empty())
+            {
+                let reasoning = if reasoning.is_empty() {
+                    learned.recall_reasoning(&m.id).unwrap_or_default()
+                } else {
+                    reasoning
+                };
+                msg.insert(field.as_str().into(), json!(reasoning));
+            }
             if !calls.is_empty() {
                 msg.insert("tool_calls".into(), Value::Array(calls));
             }

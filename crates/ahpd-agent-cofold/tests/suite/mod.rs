@@ -11,5 +11,6 @@ mod options;
 mod outside_paths;
 mod reopen;
 mod support;
+mod thinking_provider;
 mod tools;
 mod turns;

@@ -50,7 +50,8 @@ fn item_254_provider_for() {
         (e.code, e.message.as_str()),
         (
             ErrorCode::InvalidOptions,
-            "model \"c/m\" names provider \"c\"; configured: a, b"
+            "model \"c/m\" names provider \"c\", which is not configured (configured: a, b); \
+             if \"c/m\" is a model id, write \"a/c/m\""
         )
     );
     let e = provider_for(&providers_of(&[]).unwrap(), "a/m").unwrap_err();

@@ -124,7 +124,13 @@ async fn deepseek_reasoning_content_with_nulls_and_keep_alive() {
 #[tokio::test]
 async fn cut_in_the_middle_of_tool_call_arguments() {
     let ep = Endpoint::with_replies([Reply::stream_exact(dialect::cut_mid_tool_call())]).unwrap();
-    let events = stream_all(&adapter(&ep), ask("write")).await;
+    let once = cofold_openai::OpenAiProvider::new(cofold_openai::ProviderOptions {
+        retries: Some(0),
+        ..super::support::options(&ep)
+    })
+    .unwrap()
+    .adapter(cofold_agents::model::ModelSpec::new("m"));
+    let events = stream_all(&once, ask("write")).await;
     assert_eq!(
         deltas(&events),
         ["c0:call_cut:write_file:", "c0:::{\"path\":\"a.txt\",\"con"]

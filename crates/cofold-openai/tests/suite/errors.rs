@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::model::{ModelAdapter, ModelRequest, ModelSpec};
 use cofold_agents::tool::{AbortController, AbortReason};
-use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions};
+use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions, TimeLimits};
 use testkit::{Endpoint, Gate, Reply};
 
 use super::support::{adapter, ask, options};
@@ -153,6 +153,7 @@ async fn item_242_dynamic_key_is_asked_once_per_attempt() {
     let ep = Endpoint::with_replies([Reply::status(401, "no")]).unwrap();
     let asked = Arc::new(AtomicUsize::new(0));
     let mut opts = ProviderOptions::new(ep.base_url());
+    opts.limits = TimeLimits::NONE;
     opts.api_key = Some(counting_key(asked.clone()));
     let p = OpenAiProvider::new(opts).unwrap();
     p.adapter(ModelSpec::new("m"))
@@ -281,9 +282,12 @@ async fn the_key_never_appears_in_an_error() {
         Reply::status(500, &format!("upstream rejected {key}")),
     ])
     .unwrap();
-    let a = OpenAiProvider::new(ProviderOptions::new(ep.base_url()).with_key(key))
-        .unwrap()
-        .adapter(ModelSpec::new("m"));
+    let a = OpenAiProvider::new(ProviderOptions {
+        limits: TimeLimits::NONE,
+        ..ProviderOptions::new(ep.base_url()).with_key(key)
+    })
+    .unwrap()
+    .adapter(ModelSpec::new("m"));
     for _ in 0..2 {
         let e = a.complete(ask("x")).await.unwrap_err();
         let shown = format!("{e} {e:?} {}", serde_json::to_string(&e).unwrap());
@@ -293,7 +297,11 @@ async fn the_key_never_appears_in_an_error() {
     assert!(
         !format!(
             "{:?}",
-            OpenAiProvider::new(ProviderOptions::new(ep.base_url()).with_key(key)).unwrap()
+            OpenAiProvider::new(ProviderOptions {
+                limits: TimeLimits::NONE,
+                ..ProviderOptions::new(ep.base_url()).with_key(key)
+            })
+            .unwrap()
         )
         .contains(key)
     );

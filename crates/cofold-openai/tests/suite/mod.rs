@@ -3,9 +3,14 @@
 mod catalogue;
 mod complete;
 mod config;
+mod corpus;
 mod dialects;
 mod errors;
+mod limits;
+mod proxy;
 mod request;
+mod retries;
 mod stream;
 mod support;
+mod truncation;
 mod usage;

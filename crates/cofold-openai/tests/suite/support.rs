@@ -3,13 +3,18 @@
 use cofold_agents::error::AgentError;
 use cofold_agents::message::Message;
 use cofold_agents::model::{ModelAdapter, ModelReply, ModelRequest, ModelSpec, ModelStreamEvent};
-use cofold_openai::{OpenAiAdapter, OpenAiProvider, ProviderOptions};
+use cofold_openai::{OpenAiAdapter, OpenAiProvider, ProviderOptions, TimeLimits};
 use futures::StreamExt;
 use testkit::Endpoint;
 
-/// Options for the endpoint with key `sk-test` and no retries unless said.
+/// Options for the endpoint with key `sk-test`, the default retries, and no time limits: many
+/// of these tests run on a paused clock, where a pending limit would expire as soon as the test's
+/// runtime waits for the endpoint's thread.
 pub fn options(ep: &Endpoint) -> ProviderOptions {
-    ProviderOptions::new(ep.base_url()).with_key("sk-test")
+    ProviderOptions {
+        limits: TimeLimits::NONE,
+        ..ProviderOptions::new(ep.base_url()).with_key("sk-test")
+    }
 }
 
 pub fn adapter(ep: &Endpoint) -> OpenAiAdapter {
