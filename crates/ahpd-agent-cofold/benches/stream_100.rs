@@ -1,4 +1,4 @@
-//! `stream_100` (engine.md §10): 100 sessions in one host, each one turn whose 2,000-token answer
+//! `stream_100`: 100 sessions in one host, each one turn whose 2,000-token answer
 //! the scripted endpoint streams as 2,000 SSE chunks, one client subscribed to every chat.
 //! Baseline: 100 concurrent plain HTTP clients reading the same 100 streams. Checks that every
 //! session's deltas, joined in arrival order, equal its script; prints both wall times and the

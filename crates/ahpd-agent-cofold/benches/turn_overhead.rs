@@ -1,4 +1,4 @@
-//! `turn_overhead` (engine.md §10): the engine's own cost per turn, model time excluded.
+//! `turn_overhead`: the engine's own cost per turn, model time excluded.
 //!
 //! 1,000 sequential one-step turns on one session: a client dispatches `chat/turnStarted` and
 //! waits until its reducer-built mirror holds the turn's `chat/turnComplete`, through the host,
@@ -93,7 +93,7 @@ async fn baseline(setup: &Setup, turns: usize, ep: &Endpoint, dir: &Path) -> Vec
     };
     let store = store_of(setup.store, &dir.join("baseline-store"));
     let memory_dir = (setup.store == StoreKind::File).then(|| dir.join("baseline-memory"));
-    // The context the engine gives a turn on a model with no listed window (engine.md §5.17).
+    // The context the engine gives a turn on a model with no listed window.
     let mut builder = Runtime::builder("cofold", "You are a helpful assistant.", adapter)
         .store(store)
         .context(PartialContext {

@@ -1,5 +1,5 @@
-//! Small constructors for the AHP actions the engine emits, so the mapping reads as the table of
-//! engine.md §5.3 rather than as struct literals.
+//! Small constructors for the AHP actions the engine emits, so the mapping from runtime events
+//! reads as a table rather than as struct literals.
 
 use ahp_types::actions::{
     ChatActivityChangedAction, ChatDeltaAction, ChatErrorAction, ChatPendingMessageRemovedAction,

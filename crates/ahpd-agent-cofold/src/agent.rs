@@ -1,4 +1,4 @@
-//! `CofoldAgent`: the `Agent` of one record (engine.md §2.5, §3.6, §4).
+//! `CofoldAgent`: the `Agent` of one record.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ fn property(
     }
 }
 
-/// The refusals of engine.md §4.5.
+/// The refusals of a session's configuration values: unknown keys and values outside their schema.
 pub(crate) fn check_config(agent_id: &str, values: &JsonObject) -> Result<(), Refusal> {
     for (key, value) in values {
         let text = || value.as_str();
@@ -222,7 +222,7 @@ impl Agent for CofoldAgent {
     fn descriptor(&self) -> AgentDescriptor {
         let mut d = AgentDescriptor::new(self.core.id.clone(), self.core.name.clone());
         d.description = self.description.clone();
-        // A chat forks from any turn this process watched end (engine.md §4.10).
+        // A chat forks from any turn this process watched end.
         d.capabilities = Some(ahp_types::state::AgentCapabilities {
             multiple_chats: Some(ahp_types::state::MultipleChatsCapability {
                 fork: Some(true),
@@ -405,7 +405,7 @@ impl Agent for CofoldAgent {
             }
         }
         let copapo = read_copapo(&self.core.env, Some(&workspace));
-        // A conversation read back may end in a run that waits on a person (engine.md §4.10).
+        // A conversation read back may end in a run that waits on a person.
         let paused = match (&start.resume, &start.fork) {
             (Some(_), None) => {
                 crate::session::read_paused(self.core.store.as_ref(), &start.backend_id).await

@@ -1,4 +1,4 @@
-//! Questions put to the host and answers brought back (engine.md §5.8).
+//! Questions put to the host and answers brought back.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! A message's attachments as model input (engine.md §5.10): images as image parts when the
+//! A message's attachments as model input: images as image parts when the
 //! model takes them (else written to the session's scratch folder), text resources inlined,
 //! binary ones written there too with a line giving their type and size, files named in one
 //! reference block.

@@ -1,4 +1,4 @@
-//! The per-turn cofold agent (engine.md §5.2): instructions, model, context, tools and policy,
+//! The per-turn cofold agent: instructions, model, context, tools and policy,
 //! rebuilt from the settings in force when a turn starts.
 
 use std::path::{Path, PathBuf};
@@ -67,7 +67,7 @@ fn setting(settings: &serde_json::Map<String, Value>, key: &str) -> Option<Strin
 }
 
 impl TurnSettings {
-    /// Reads the settings a turn runs with (engine.md §3.3, §3.7).
+    /// Reads the settings a turn runs with.
     pub fn read(
         settings: &serde_json::Map<String, Value>,
         message_model: Option<&ahp_types::state::ModelSelection>,
@@ -141,7 +141,7 @@ impl AgentCore {
         )))
     }
 
-    /// The key for a request to `base` (engine.md §3.5).
+    /// The key for a request to `base`.
     fn key_for(
         &self,
         base: &str,

@@ -1,4 +1,4 @@
-//! Tools a client runs (engine.md §5.9): offered to the model as `<clientId>__<name>`, each call
+//! Tools a client runs: offered to the model as `<clientId>__<name>`, each call
 //! handed to the host, which asks the owning client and brings back its result.
 
 use ahp_types::state::{ToolCallResult, ToolDefinition, ToolResultContent};

@@ -1,4 +1,4 @@
-//! Edit notices (engine.md §5.6): a `before` for each call that declares a write inside the
+//! Edit notices: a `before` for each call that declares a write inside the
 //! workspace, ahead of the call's start, and exactly one `after` for it.
 
 use std::collections::HashMap;

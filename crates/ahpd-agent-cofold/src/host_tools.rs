@@ -1,4 +1,4 @@
-//! Tools the embedder of the engine registers in code (engine.md §5.2 "Tools"): the host's own
+//! Tools the embedder of the engine registers in code: the host's own
 //! tools. Each is wrapped as a cofold tool for every turn: its description (else title, else
 //! name), its input schema (an empty object schema when none), its declared effects and its run.
 //! A run that fails or panics becomes a failed result the model reads. A run may put questions

@@ -1,4 +1,4 @@
-//! Model resolution (engine.md §3): the copapo reading, the reference in force, the endpoint a
+//! Model resolution: the copapo reading, the reference in force, the endpoint a
 //! reference resolves to, keys, the shared provider transports and the catalogue cache.
 
 use std::collections::HashMap;
@@ -131,7 +131,7 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Resolves a reference to an endpoint (engine.md §3.4), or the failure sentence of §3.8.
+/// Resolves a reference to an endpoint, or the sentence that says why it cannot be.
 pub fn resolve_connection(
     agent_id: &str,
     reference: Option<&str>,
@@ -186,7 +186,7 @@ pub fn resolve_connection(
     }
 }
 
-/// The compaction point: `min(tokens, floor(window × at))`, or the share alone (engine.md §5.17).
+/// The compaction point: `min(tokens, floor(window × at))`, or the share alone.
 pub fn auto_compact_point(window: u64, tokens: Option<u64>, at: f64) -> u64 {
     let share = (window as f64 * at).floor() as u64;
     match tokens {
@@ -195,7 +195,7 @@ pub fn auto_compact_point(window: u64, tokens: Option<u64>, at: f64) -> u64 {
     }
 }
 
-/// The origin of an https endpoint, else the engine's own resource (engine.md §3.5).
+/// The origin of an https endpoint, else the engine's own resource.
 pub fn resource_of(endpoint: Option<&str>) -> String {
     endpoint
         .and_then(|e| url::Url::parse(e).ok())
@@ -317,7 +317,7 @@ impl Shared {
     }
 }
 
-/// Thinking levels a model offers, in cofold's order (engine.md §3.7).
+/// Thinking levels a model offers, in cofold's order.
 pub fn thinking_levels(
     declared: Option<&serde_json::Value>,
     info: Option<&ModelInfo>,

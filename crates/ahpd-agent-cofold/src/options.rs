@@ -1,4 +1,4 @@
-//! The plugin's options (engine.md §2.2–§2.5): parsing, defaults and the JSON Schema.
+//! The plugin's options: parsing, defaults and the JSON Schema.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,7 +117,7 @@ impl CofoldOptions {
     }
 
     /// The `tools` section as the engine applies it: the loose reading drops unknown keys and
-    /// providers without a key (engine.md §2.4).
+    /// providers without a key.
     pub fn tools_value(&self) -> Value {
         let tools = self.tools.clone().unwrap_or_else(|| json!({}));
         if self.strict_tools {
@@ -246,7 +246,7 @@ pub type KeyFunction = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 /// Receives edit notices: `(turn id, absolute path, before | after)`.
 pub type EditObserver = Arc<dyn Fn(&str, &std::path::Path, EditPhase) + Send + Sync>;
 
-/// Values only an embedder can pass (engine.md §2.5).
+/// Values only an embedder can pass.
 #[derive(Clone, Default)]
 pub struct Embedder {
     /// A model adapter every turn uses; no catalogue request is made.
@@ -260,7 +260,7 @@ pub struct Embedder {
     /// The environment (default: the process's).
     pub env: Option<Environment>,
     /// The host's own tools, offered to every session of an agent whose `hostTools` is not
-    /// `false` (engine.md §5.2).
+    /// `false`.
     pub host_tools: Vec<crate::host_tools::HostTool>,
 }
 
@@ -284,7 +284,7 @@ pub enum EditPhase {
     After,
 }
 
-/// JSON Schema of the plugin's options (engine.md §2.2–§2.4).
+/// JSON Schema of the plugin's options.
 pub fn options_schema() -> Value {
     let mut strict_tools = cofold_tools::standard::tools_schema();
     crate::schema_wording::boolean_or_object(&mut strict_tools);
@@ -347,7 +347,7 @@ fn loose_tools_schema() -> Value {
 }
 
 /// The record schema: the options without `model`, `strictTools` and the keyed search providers,
-/// with `apiKey` its only secret field (engine.md §2.1, §6).
+/// with `apiKey` its only secret field.
 pub fn record_schema() -> Value {
     let mut schema = options_schema();
     if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {

@@ -1,5 +1,5 @@
 //! Registration as the compiled-in plugin `@ahpd/agent-cofold` with the engine `cofold`
-//! (engine.md §2.1, §6).
+//!.
 
 use std::sync::Arc;
 
@@ -127,7 +127,7 @@ impl Engine for CofoldEngine {
         plugin_options: &Value,
         secrets: Arc<dyn SecretReader>,
     ) -> Result<Arc<dyn Agent>, String> {
-        // The record's keys each replace the plugin's whole (engine.md §2.7).
+        // The record's keys each replace the plugin's whole.
         let base = if plugin_options.is_object() {
             plugin_options
         } else {

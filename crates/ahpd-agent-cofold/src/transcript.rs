@@ -1,4 +1,4 @@
-//! Store → AHP: catalogue rows and turns read back from a stored conversation (engine.md §4.7–§4.8).
+//! Store → AHP: catalogue rows and turns read back from a stored conversation.
 
 use std::collections::HashMap;
 

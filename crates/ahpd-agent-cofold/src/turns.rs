@@ -1,4 +1,4 @@
-//! The event → action mapping of one turn (engine.md §5.3–§5.5, §5.16–§5.17).
+//! The event → action mapping of one turn.
 //!
 //! The mapper is pure: it takes cofold run events in order and returns the AHP actions they
 //! become. Asking the host (approvals, questions) is the runner's job.
@@ -100,7 +100,7 @@ pub(crate) fn usage_info(usage: &Usage, model: Option<&str>, cost: Option<f64>) 
     }
 }
 
-/// The title of a call (engine.md §5.5): the subject, paths relative to W when inside.
+/// The title of a call: the subject, paths relative to W when inside.
 pub(crate) fn call_title(
     name: &str,
     subject: Option<&str>,
@@ -220,7 +220,7 @@ impl TurnMapper {
         }
     }
 
-    /// A non-streamed reply is shown at the next event (engine.md §5.4).
+    /// A non-streamed reply is shown at the next event.
     fn flush_held(&mut self, out: &mut Vec<StateAction>) {
         let Some(reply) = self.held_reply.take() else {
             return;
@@ -459,7 +459,7 @@ impl TurnMapper {
                         } else {
                             &error.message
                         };
-                        // Only a failure of a model call can be tried again (engine.md §5.15).
+                        // Only a failure of a model call can be tried again.
                         out.push(act::turn_error(&turn, duration, message, self.in_model));
                     }
                     OutcomeKind::Cancelled { .. } | OutcomeKind::Awaiting { .. } => {}
@@ -501,7 +501,7 @@ impl TurnMapper {
     }
 
     /// The id a call is shown under: a call id an earlier attempt of this turn already used
-    /// gets `:<attempt>` (engine.md §5.4).
+    /// gets `:<attempt>`.
     pub(crate) fn shown_id(&self, call_id: &str) -> String {
         if self.attempt > 1 && self.earlier_calls.contains(call_id) {
             format!("{call_id}:{}", self.attempt)

@@ -43,7 +43,7 @@ pub(crate) struct Chat {
     pub coalescer: Coalescer,
     /// Turns the active turn replaced; their approvals stay answerable.
     pub replaced: HashSet<String>,
-    /// The turn and the parts a stray stream was already warned about (§9 rule 7), so a backend
+    /// The turn and the parts a stray stream was already warned about, so a backend
     /// that keeps streaming into a missing part logs one warning, not one per delta.
     pub stray_warned: (String, HashSet<String>),
 }
@@ -155,7 +155,7 @@ fn replace_style(action: &StateAction) -> bool {
     )
     // `chat/usage` is deliberately not here: a backend's usage report is published whenever
     // it applies to the running turn, even when it repeats the last one. The no-change rule
-    // (§5.5) is about client dispatches, §5.3 does not list usage, and a turn's final usage
+    // is about client dispatches, usage is not among the actions it names, and a turn's final usage
     // often equals the last streamed report; dropping it left clients that act on the report
     // (not on the state) without the turn's final figures. Clients cannot dispatch it.
 }
@@ -465,7 +465,7 @@ impl Actor {
             Ok(false) => false,
             Err(outcome) => {
                 match stream_target(action) {
-                    // A backend streaming into a part it never created (§9 rule 7): said once
+                    // A backend streaming into a part it never created: said once
                     // per part and turn, since a backend still streaming after a cancel would
                     // otherwise log a line per delta.
                     Some((turn, part)) if slot.first_stray(turn, part) => {
@@ -715,7 +715,7 @@ impl Actor {
     }
 }
 
-/// Rule 24 (§9): VS Code keeps a completion item only when its attachment's `_meta` names a
+/// Rule 24: VS Code keeps a completion item only when its attachment's `_meta` names a
 /// slash command (`command`) or a skill (`uri`); others vanish there without an error, so the
 /// backend's author hears about them here. They are still sent: other clients may use them.
 fn warn_unanchored_completions(items: &[ahp_types::commands::CompletionItem]) {

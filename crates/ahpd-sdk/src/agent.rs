@@ -161,7 +161,7 @@ pub struct TurnRequest {
     pub client_id: Option<String>,
 }
 
-/// A request for a person's approval of one tool call (§7.12).
+/// A request for a person's approval of one tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {
     /// The turn the call belongs to.
@@ -197,7 +197,7 @@ pub enum ApprovalOutcome {
     Cancelled,
 }
 
-/// How a question ended (§7.13).
+/// How a question ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputOutcome {
     /// `accept`, `decline` or `cancel`.
@@ -378,7 +378,7 @@ pub(crate) enum BackendMsg {
     },
 }
 
-/// A call of a tool a client runs (§7.14).
+/// A call of a tool a client runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientToolCall {
     /// The turn the call belongs to.

@@ -1,4 +1,4 @@
-//! Turning a message's attachments into prompt parts an engine can hand its model (§8.7), so
+//! Turning a message's attachments into prompt parts an engine can hand its model, so
 //! every engine treats attachments the same way.
 
 use std::path::{Path, PathBuf};

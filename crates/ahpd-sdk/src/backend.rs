@@ -1,4 +1,4 @@
-//! What a backend sends its session's task: emitted actions (filtered and completed per §8.4),
+//! What a backend sends its session's task: emitted actions (filtered and completed before they are applied),
 //! approvals, questions and client-tool calls, and how parked entries are settled.
 
 use std::sync::Arc;
@@ -65,7 +65,7 @@ fn failure(message: &str) -> ToolCallResult {
     }
 }
 
-/// Whether a backend may emit this action (§8.4).
+/// Whether a backend may emit this action.
 fn allowed(action: &StateAction) -> bool {
     use StateAction as A;
     match action {

@@ -1,4 +1,4 @@
-//! `createChat` (§7.6): a further chat of a session, empty, forked from a turn of another chat
+//! `createChat`: a further chat of a session, empty, forked from a turn of another chat
 //! (its history through that turn copied into the new chat's `turns`), or a side chat that
 //! names its source turn without copying it.
 
@@ -38,7 +38,7 @@ impl Chat {
 }
 
 impl Actor {
-    /// `createChat` (§7.6).
+    /// `createChat`.
     pub(crate) fn create_chat(
         &mut self,
         conn: ConnRef,

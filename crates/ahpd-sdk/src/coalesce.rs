@@ -1,4 +1,4 @@
-//! Delta coalescing (§10.4): consecutive text deltas for one part are merged by concatenating
+//! Delta coalescing: consecutive text deltas for one part are merged by concatenating
 //! their content, so a fast stream costs few frames while reducing to the same state.
 //! Leading edge: a part with no frame in the last window goes out at once.
 

@@ -1,5 +1,5 @@
 //! Session configuration: resolving values against an agent's schema, client changes with
-//! the VS Code keys mapped (§7.8), and mirroring a turn's model choices.
+//! the VS Code keys mapped, and mirroring a turn's model choices.
 
 use std::path::Path;
 

@@ -1,4 +1,4 @@
-//! Client dispatches on a session or chat channel (§5.5): normalise, decode, validate, apply,
+//! Client dispatches on a session or chat channel: normalise, decode, validate, apply,
 //! echo, then side effects. A refusal goes to the dispatcher only.
 
 use std::sync::Arc;
@@ -513,7 +513,7 @@ impl Actor {
         }
     }
 
-    /// `fetchTurns` (§7.7): publish `chat/turnsLoaded` before the reply.
+    /// `fetchTurns`: publish `chat/turnsLoaded` before the reply.
     pub(crate) fn fetch_turns(
         &mut self,
         channel: &str,

@@ -250,7 +250,7 @@ impl HostBuilder {
         self
     }
 
-    /// Remember sessions across restarts in this store (§8.6), e.g.
+    /// Remember sessions across restarts in this store, e.g.
     /// `FileSessionStore::open(path)?`. Default: none, so a restart forgets client-chosen
     /// titles, read/archived flags, config values and URI spellings (catalogue rows then come
     /// from each agent's `list` alone).

@@ -141,7 +141,7 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
     Ok(tx)
 }
 
-/// `createSession` (§7.1); resolves when the backend answered.
+/// `createSession`; resolves when the backend answered.
 pub(crate) async fn create(
     inner: &Arc<HostInner>,
     conn: ConnRef,
@@ -368,7 +368,7 @@ pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
     false
 }
 
-/// `disposeSession` (§7.4).
+/// `disposeSession`.
 pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), RpcError> {
     let entry = {
         let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,4 +1,4 @@
-//! Client dispatches that need a backend which is not open yet (§7.3): a config change, a
+//! Client dispatches that need a backend which is not open yet: a config change, a
 //! turn resume or a rewind on a past session. The host opens the backend on the stored
 //! conversation, holds the dispatch, and handles it as if it had just arrived once every
 //! backend it needs is open; if opening fails, the dispatch is refused with the failure.

@@ -71,7 +71,7 @@ pub trait Resources: Send + Sync + 'static {
     ) -> Result<ResourceResolveResult, RpcError>;
 }
 
-/// What the host remembers about one session across restarts (§8.6), keyed by the session URI
+/// What the host remembers about one session across restarts, keyed by the session URI
 /// exactly as it was spelled when the session was created or opened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

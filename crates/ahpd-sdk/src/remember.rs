@@ -1,4 +1,4 @@
-//! The host's side of the session store (§8.6): the remembered records in memory, kept in
+//! The host's side of the session store: the remembered records in memory, kept in
 //! step by the session tasks, and a writer that saves them at most once per second.
 
 use std::collections::BTreeMap;

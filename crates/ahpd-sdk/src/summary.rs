@@ -59,7 +59,7 @@ impl Actor {
         }
     }
 
-    /// The catalogue row of this session (§7.18).
+    /// The catalogue row of this session.
     pub(crate) fn summary(&self) -> SessionSummary {
         let default = self.chats.get(&self.default_chat).map(|c| &c.state);
         let mut status = default

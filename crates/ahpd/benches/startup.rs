@@ -163,7 +163,7 @@ fn main() {
     std::thread::sleep(IDLE);
     let daemon_rss = rss_kib(daemon.id());
     let node_rss = node.as_ref().map(|n| rss_kib(n.id()));
-    // The host's design reads the same figure at 10 s (host.md §12, `idle_rss`).
+    // The host's design reads the same figure at 10 s.
     std::thread::sleep(IDLE_LATER - IDLE);
     let daemon_later = rss_kib(daemon.id());
     let node_later = node.as_ref().map(|n| rss_kib(n.id()));

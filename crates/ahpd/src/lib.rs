@@ -34,8 +34,8 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 use crate::locations::Locations;
 
-/// Parses the command line, runs what it asks for and returns the process exit code (§2.2 of the
-/// daemon's design). Failures are printed as one `ahpd: ...` line on standard error.
+/// Parses the command line, runs what it asks for and returns the process exit code (see
+/// docs/configuration.md). Failures are printed as one `ahpd: ...` line on standard error.
 pub fn run_command_line() -> i32 {
     let cli = Cli::parse();
     match run(cli) {
@@ -47,7 +47,7 @@ pub fn run_command_line() -> i32 {
     }
 }
 
-/// Maps a failure to the exit code its kind calls for (§2.2 of the daemon's design).
+/// Maps a failure to the exit code its kind calls for.
 fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(e) = err.downcast_ref::<serve::ServeError>() {
         e.exit_code()

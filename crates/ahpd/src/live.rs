@@ -1,4 +1,4 @@
-//! Live sessions, so a shutdown can close every backend (§10.4 of the daemon's design), and
+//! Live sessions, so a shutdown can close every backend, and
 //! their folders, which are served as resources while the session lives.
 //!
 //! The host owns each session it opens and closes it only when the session is disposed. To

@@ -81,7 +81,7 @@ impl Locations {
         self.dir.join("agents")
     }
 
-    /// `sessions.json`, the host's session store (§8).
+    /// `sessions.json`, the host's session store.
     pub fn sessions(&self) -> PathBuf {
         self.dir.join("sessions.json")
     }

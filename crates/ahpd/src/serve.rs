@@ -28,7 +28,7 @@ use crate::served;
 use crate::token;
 use crate::vault::Vault;
 
-/// How long a shutdown waits for the sessions' backends to close, in all (§10.4).
+/// How long a shutdown waits for the sessions' backends to close, in all.
 const SESSION_CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why the daemon did not start or stopped with a failure.
@@ -354,7 +354,7 @@ pub(crate) async fn build_host(
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }
-    // Titles, flags and settings of sessions survive a restart (§8).
+    // Titles, flags and settings of sessions survive a restart.
     let sessions =
         FileSessionStore::open(loc.sessions()).map_err(|e| ServeError::Runtime(e.to_string()))?;
     builder = builder.session_store(Arc::new(sessions));
@@ -365,7 +365,7 @@ pub(crate) async fn build_host(
     Ok((host, live))
 }
 
-/// The graceful stop after the first SIGTERM/SIGINT (§10.4): stop listening, close every
+/// The graceful stop after the first SIGTERM/SIGINT: stop listening, close every
 /// connection (the host sends `1001`), close every session's backend within 10 s in all, write
 /// the session store. A second signal meanwhile ends the process at once with code 1.
 async fn shutdown(

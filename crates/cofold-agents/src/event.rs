@@ -1,6 +1,6 @@
 //! Events a run emits, the outcome it ends with, and the commands a caller sends it.
 //!
-//! Every event is persisted before it is published (harness §3.9), so the stored list and the live
+//! Every event is persisted before it is published, so the stored list and the live
 //! stream are the same sequence. The JSON form of an event is its envelope fields followed by `type`
 //! and the body's own fields, flat.
 

@@ -1,4 +1,4 @@
-//! Token usage sums and cost in integer micro-dollars (harness §9.1, decision D10).
+//! Token usage sums and cost in integer micro-dollars.
 //!
 //! Cost is kept as whole micro-dollars while a run counts, so many small steps never drift; the
 //! USD figure on records and outcomes is derived from it only when written.

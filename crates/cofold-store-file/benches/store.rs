@@ -1,4 +1,4 @@
-//! File store benchmarks (harness §13), each against a named baseline measured in the same run:
+//! File store benchmarks, each against a named baseline measured in the same run:
 //!
 //! - P1 `append_event` into runs already holding 100, 1,000 and 100,000 events; baseline: a raw
 //!   append of the same line with `std::fs::OpenOptions::append`. O(1) means the 100,000 figure

@@ -1,4 +1,4 @@
-//! search_files and list_files against ripgrep on one large tree (tools.md §10 P1–P4).
+//! search_files and list_files against ripgrep on one large tree.
 //!
 //! Run: `cargo bench -p cofold-tools --bench files_vs_rg`.
 //!

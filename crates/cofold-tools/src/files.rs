@@ -1,5 +1,5 @@
 //! The files capability: `read_file`, `write_file`, `edit_file`, `list_files` and
-//! `search_files` against the run's workspace (tools.md §3.1–3.6).
+//! `search_files` against the run's workspace.
 //!
 //! Reads go anywhere. Writes go through the checked open, so the file written is the file that
 //! was checked, and an existing file is changed only after the session has read it as it is now.

@@ -1,6 +1,6 @@
 //! The memory capability: plain files under one folder that persist across sessions, read and
 //! written with `memory_read` / `memory_write`, the index `MEMORY.md` shown in the instructions
-//! (tools.md §3.10–3.11, §4).
+//!.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};

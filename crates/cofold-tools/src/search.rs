@@ -1,5 +1,5 @@
 //! Web search providers behind `web_search`: the `SearchProvider` trait and the shipped
-//! `brave`, `tavily` and `duckduckgo` providers (tools.md §7).
+//! `brave`, `tavily` and `duckduckgo` providers.
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -253,7 +253,7 @@ fn fixed_url(text: &str) -> url::Url {
     url::Url::parse(text).expect("provider URLs parse")
 }
 
-/// Sends the request and returns a 2xx body, or the provider's error text (§7). A cancelled
+/// Sends the request and returns a 2xx body, or the provider's error text. A cancelled
 /// run drops the request in flight.
 async fn ask(
     id: &str,

@@ -1,6 +1,6 @@
 //! The standard set: a program's `tools` configuration section (`ToolsConfig`, checked by
 //! `tools_schema()`) turned into capabilities, in the order files, shell, web, memory
-//! (tools.md §5).
+//!.
 
 use std::ffi::OsString;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! The glob dialect and the tree walk shared by list_files and search_files (§3.4).
+//! The glob dialect and the tree walk shared by list_files and search_files.
 //!
 //! A pattern is cut at `/` into segments and matched name by name, so the dot rule (a wildcard
 //! never matches a leading `.`) and folder pruning fall out of the same small automaton: a folder

@@ -1,6 +1,5 @@
 //! Following one run: its events become actions while its turn is shown, and its approvals
-//! and questions are put to the host, whose answers go back to the run (engine.md §5.3, §5.7,
-//! §5.8).
+//! and questions are put to the host, whose answers go back to the run.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -184,7 +183,7 @@ impl Core {
         }
     }
 
-    /// The first turn of a conversation names the session (engine.md §4.9).
+    /// The first turn of a conversation names the session.
     async fn title_if_first(&self, event: &cofold_agents::event::Event) {
         let EventBody::RunStarted { input } = &event.body else {
             return;

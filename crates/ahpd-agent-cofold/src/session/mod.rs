@@ -1,4 +1,4 @@
-//! One chat ↔ one cofold conversation (engine.md §4–§5): turns held behind the running run,
+//! One chat ↔ one cofold conversation: turns held behind the running run,
 //! cancel and close, steering, and the task that maps a run's events to actions.
 
 use std::collections::{HashMap, VecDeque};
@@ -475,7 +475,7 @@ impl Core {
         }
     }
 
-    /// The host's first call other than a turn reopens a paused run (engine.md §4.10).
+    /// The host's first call other than a turn reopens a paused run.
     fn reopen_pending(self: &Arc<Self>) {
         let mut state = lock(&self.state);
         if state.reopen.is_some() && !state.closed {

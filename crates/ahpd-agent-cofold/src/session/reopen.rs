@@ -1,4 +1,4 @@
-//! Reopening a run that was waiting on a person when the daemon stopped (engine.md §4.10).
+//! Reopening a run that was waiting on a person when the daemon stopped.
 //!
 //! `create` reads the conversation's newest run; when it waits on a person, the session holds it
 //! until the host's first call. A turn handed first takes its place: the run is reattached

@@ -1,4 +1,4 @@
-//! Attachments as model input (engine.md §9 items 133–134).
+//! Attachments as model input.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! What a turn takes from the model's cached catalogue entry: its price, its window and its
-//! image support (engine.md §5.10, §5.16, §5.17; §9 items 128–133).
+//! image support.
 
 use std::sync::Arc;
 

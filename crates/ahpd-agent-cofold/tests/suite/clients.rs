@@ -1,4 +1,4 @@
-//! Tools a client runs (engine.md §9 items 111–113).
+//! Tools a client runs.
 
 use std::sync::Arc;
 

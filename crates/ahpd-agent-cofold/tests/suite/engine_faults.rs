@@ -1,4 +1,4 @@
-//! Faults of the engine found by reading it, each shown fixed (engine.md §9 items 6, 42, 47, 54
+//! Faults of the engine found by reading it, each shown fixed (engine cases (docs/acceptance.md) 6, 42, 47, 54
 //! and 67, unanswered requests, approvals of one call id in two chats, edited inputs, titles).
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Rewinding a conversation, and listing and reading it back from the store (engine.md §9 items
+//! Rewinding a conversation, and listing and reading it back from the store (engine cases (docs/acceptance.md)
 //! 44, 52, 62, 65, 66).
 
 use std::sync::Arc;

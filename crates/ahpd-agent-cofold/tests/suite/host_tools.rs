@@ -1,5 +1,5 @@
-//! The host's own tools (engine.md §5.2, §5.5, §5.7; §9 items 19, 78, 84, 85, 86, 104's host
-//! rows, 107–109).
+//! The host's own tools (engine cases 19, 78, 84, 85, 86, 104's host rows and 107–109 of
+//! docs/acceptance.md).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -606,7 +606,7 @@ async fn cofolds_ask_user_is_answered_or_declined_through_the_host() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_mode_decides_host_tools_by_their_effects() {
-    // The host-tool rows of the §5.7 table (item 104).
+    // The host-tool rows of engine case 104.
     let place = Place::new();
     let inside = place.work.join("in.txt");
     let outside = place.home.join("out.txt");

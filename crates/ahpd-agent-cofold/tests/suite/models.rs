@@ -1,4 +1,4 @@
-//! Model resolution and the catalogue (engine.md §9 items 21–30, 33–35, 43).
+//! Model resolution and the catalogue.
 
 use std::sync::Arc;
 

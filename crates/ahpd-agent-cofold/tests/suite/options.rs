@@ -1,4 +1,4 @@
-//! The plugin, its options schema and the record engine (engine.md §9 items 1–14, 105–106).
+//! The plugin, its options schema and the record engine.
 
 use std::sync::Arc;
 

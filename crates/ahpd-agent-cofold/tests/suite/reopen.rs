@@ -1,5 +1,5 @@
 //! A run waiting on a person when the daemon stops, reopened or replaced after the restart
-//! (engine.md §4.10; §9 items 60, 68–71).
+//!.
 //!
 //! The first "daemon" runs on a runtime of its own, shut down once the run is paused: its tasks
 //! are dropped mid-wait as a stopped process leaves them, and the paused run stays in the file

@@ -1,4 +1,4 @@
-//! Tool presentation, edit notices, permission modes and usage (engine.md §9 items 83–94, 104,
+//! Tool presentation, edit notices, permission modes and usage (engine cases (docs/acceptance.md) 83–94, 104,
 //! 128–129).
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! - `fanout_100`: one session streaming 256-byte deltas to 100 loopback clients with one
 //!   stalled client present, against a raw axum + `tokio::sync::broadcast` server sending the
 //!   same payloads to the same clients (the figure).
-//! - `fanout_50` and `throughput_one_connection` (host.md §12): see `sustained.rs`.
+//! - `fanout_50` and `throughput_one_connection`: see `sustained.rs`.
 //! - `long_chat`: per-turn time at about 1,000 turns in one chat against about 100 turns in
 //!   the same chat; see `long_chat.rs`.
 //!

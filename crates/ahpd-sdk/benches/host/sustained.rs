@@ -1,4 +1,4 @@
-//! The sustained benchmarks of host.md §12, each against a raw axum WebSocket server that
+//! The host's sustained benchmarks, each against a raw axum WebSocket server that
 //! sends the same frames in the same run:
 //!
 //! - `fanout_50`: one session streams `chat/delta` at 2,000 actions/s to 50 loopback clients,

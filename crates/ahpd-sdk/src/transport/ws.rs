@@ -178,7 +178,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The credentials of an `Authorization: Bearer <token>` header; the scheme is matched without
-/// regard to case (RFC 9110 §11.1).
+/// regard to case (RFC 9110 host cases 11.1 (docs/acceptance.md)).
 fn bearer_token(headers: &HeaderMap) -> Option<String> {
     let value = headers.get("authorization")?.to_str().ok()?.trim();
     let (scheme, token) = value.split_once(' ')?;

@@ -1,4 +1,4 @@
-//! §7.6: further chats of a session, and forks that copy their source's turns through the
+//! Further chats of a session, and forks that copy their source's turns through the
 //! named turn.
 
 use ahp::ClientError;

@@ -1,4 +1,4 @@
-//! §11.2: a whole conversation through the official client over a real WebSocket, with the
+//! Host cases 11.2 (docs/acceptance.md): a whole conversation through the official client over a real WebSocket, with the
 //! client's reducer-built mirror compared to fresh host snapshots after every turn.
 
 use ahp::SubscriptionEvent;
@@ -298,7 +298,7 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
     c.check().await;
     assert!(c.chat_state().queued_messages.is_none());
 
-    // §11.2 14: duplicate URI and unknown provider
+    // host cases 11.2 (docs/acceptance.md) 14: duplicate URI and unknown provider
     let dup =
         c.a.request::<_, Value>("createSession", json!({"channel": c.session}))
             .await
@@ -313,7 +313,7 @@ async fn a_whole_conversation_keeps_every_mirror_equal_to_the_host() {
         .unwrap_err();
     assert!(matches!(nope, ahp::ClientError::Rpc(e) if e.code == -32002));
 
-    // §11.3 21: dispose
+    // host cases 11.3 (docs/acceptance.md) 21: dispose
     let disposed: Value =
         c.a.request("disposeSession", json!({"channel": c.session}))
             .await

@@ -1,4 +1,4 @@
-//! §11.1: transport, token, handshake and JSON-RPC handling.
+//! Host cases 11.1 (docs/acceptance.md): transport, token, handshake and JSON-RPC handling.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! §11.7 robustness: malformed frames get JSON-RPC errors and never take the host down.
+//! Host cases 11.7 (docs/acceptance.md) robustness: malformed frames get JSON-RPC errors and never take the host down.
 
 use ahpd_sdk::host::HostBuilder;
 use ahpd_sdk::testing::{ScriptedAgent, pair};

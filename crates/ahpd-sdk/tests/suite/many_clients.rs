@@ -1,4 +1,4 @@
-//! §11.5: several clients, a stalled client, coalescing, independent unsubscribes.
+//! Host cases 11.5 (docs/acceptance.md): several clients, a stalled client, coalescing, independent unsubscribes.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! §11.4 item 27: the official `MultiHostClient` against this host. A forced `reconnect_host`
+//! Host cases 11.4 (docs/acceptance.md) item 27: the official `MultiHostClient` against this host. A forced `reconnect_host`
 //! comes back through `reconnect` (not a fallback `initialize`), replays what happened while it
 //! was away, and its mirror equals the host's snapshots.
 

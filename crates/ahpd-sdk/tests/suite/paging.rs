@@ -1,4 +1,4 @@
-//! §11.3: transcript paging, the catalogue and past sessions.
+//! Host cases 11.3 (docs/acceptance.md): transcript paging, the catalogue and past sessions.
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::SnapshotState;

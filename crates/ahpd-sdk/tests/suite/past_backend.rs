@@ -1,5 +1,5 @@
 //! A past session's backend is opened by the first action that needs it, not only by a turn
-//! (host.md §7.3): a config change opens it on the stored conversation and reaches
+//!: a config change opens it on the stored conversation and reaches
 //! `Session::configure`; a failure to open refuses the change. Also: a turn id used on a
 //! transcript page not loaded yet counts as used.
 

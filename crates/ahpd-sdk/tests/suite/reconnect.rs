@@ -1,4 +1,4 @@
-//! §11.4: reconnect with replay, with snapshot, missing channels and unknown clients.
+//! Host cases 11.4 (docs/acceptance.md): reconnect with replay, with snapshot, missing channels and unknown clients.
 
 use ahp_types::actions::StateAction;
 use ahp_types::commands::ReconnectResult;

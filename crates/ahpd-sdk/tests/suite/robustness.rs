@@ -1,4 +1,4 @@
-//! §11.7 and the client-tool and grace rules of §5.8/§7.14.
+//! Host cases 11.7 (docs/acceptance.md) and the client-tool and grace rules.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! §11.6: the rules that fail silently, each driven into the failure.
+//! Host cases 11.6 (docs/acceptance.md): the rules that fail silently, each driven into the failure.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! §9 rules a backend can break or that hold through a turn's life: 5, 8, 13, 14, 15.
+//! the host rules (docs/protocol.md) a backend can break or that hold through a turn's life: 5, 8, 13, 14, 15.
 
 use std::sync::{Arc, Mutex};
 

@@ -1,4 +1,4 @@
-//! §9 rules about what goes over the wire: 2, 4, 16, 17, 18, 22, 23, 24, 25, 27. Raw frames
+//! the host rules (docs/protocol.md) about what goes over the wire: 2, 4, 16, 17, 18, 22, 23, 24, 25, 27. Raw frames
 //! where the official client would hide the mistake.
 
 use ahp_types::actions::*;

@@ -1,4 +1,4 @@
-//! §8.6: the session store keeps client-chosen titles, flags, config values and URI spellings
+//! The session store keeps client-chosen titles, flags, config values and URI spellings
 //! across a restart (two hosts over the same file, the same agent store behind them).
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The graceful stop (§10.4): a second SIGTERM/SIGINT while it runs ends the process at once
+//! The graceful stop: a second SIGTERM/SIGINT while it runs ends the process at once
 //! with code 1.
 
 use std::io::{BufRead, BufReader};

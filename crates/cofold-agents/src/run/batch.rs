@@ -1,4 +1,4 @@
-//! A batch of calls (harness §3.6): the calls of one assistant message, strictly in order.
+//! A batch of calls: the calls of one assistant message, strictly in order.
 
 use super::pause::Parked;
 use super::tool_call::{CallResult, error_result};

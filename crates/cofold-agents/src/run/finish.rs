@@ -47,7 +47,7 @@ impl Runner {
         self.settle(outcome);
     }
 
-    /// Writes the end of the run (harness §3.4 "Finishing"), then settles the handle.
+    /// Writes the end of the run, then settles the handle.
     async fn finish(mut self, kind: OutcomeKind) {
         let awaiting = matches!(kind, OutcomeKind::Awaiting { .. });
         let outcome = self.outcome(kind);

@@ -1,4 +1,4 @@
-//! The run handle: the caller's side of a run (harness §3.3, §5.2, §5.7, §5.8).
+//! The run handle: the caller's side of a run.
 //!
 //! The handle and the run's task share one small state behind a mutex: the events published so
 //! far, the status, the open request (if any), the queued steers and, once settled, the outcome.
@@ -457,7 +457,7 @@ fn steer_parts(text: String, parts: Option<Vec<Part>>) -> Result<Vec<Part>, Agen
     Ok(all)
 }
 
-/// Checks a command against the open request before anything is written (harness §5.2).
+/// Checks a command against the open request before anything is written.
 fn check_command(open: &OpenRequest, command: &Command) -> Result<(), AgentError> {
     let request_id = match command {
         Command::Approve { request_id, .. }

@@ -1,9 +1,9 @@
-//! Holding a run once per process (harness §5.5).
+//! Holding a run once per process.
 
 use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
 
-/// The runs this process holds, keyed by store instance, session and run (harness §5.5). A second
+/// The runs this process holds, keyed by store instance, session and run. A second
 /// store instance onto the same data counts as another process.
 static HELD: LazyLock<Mutex<HashSet<(usize, String, String)>>> =
     LazyLock::new(|| Mutex::new(HashSet::new()));

@@ -1,4 +1,4 @@
-//! The run loop (harness §3): `run`, `resume` and `compact`, each returning a [`RunHandle`] at
+//! The run loop: `run`, `resume` and `compact`, each returning a [`RunHandle`] at
 //! once and doing the work on a spawned task.
 //!
 //! A run's task owns a [`Runner`]: the agent, the store, the counters and the handle's shared
@@ -229,7 +229,7 @@ impl From<AgentError> for Exit {
 
 pub(crate) type Flow<T> = Result<T, Exit>;
 
-/// The loop's counters (harness §3.4).
+/// The loop's counters.
 #[derive(Debug, Clone)]
 pub(crate) struct Tally {
     pub(crate) usage: Usage,

@@ -1,4 +1,4 @@
-//! One iteration of the loop and its model step (harness §3.4).
+//! One iteration of the loop and its model step.
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -86,7 +86,7 @@ impl Runner {
         self.run_batch(calls, None).await
     }
 
-    /// The request for the next model step (harness §9.3).
+    /// The request for the next model step.
     pub(crate) fn assemble(&self, history: &[Message]) -> ModelRequest {
         let context = self.agent.context();
         let estimate = context.estimator();

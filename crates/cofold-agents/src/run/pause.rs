@@ -1,4 +1,4 @@
-//! Pausing for a person and applying their command (harness §5.1–§5.4, §5.7).
+//! Pausing for a person and applying their command.
 
 use serde_json::{Value, json};
 
@@ -57,7 +57,7 @@ enum Refused {
 }
 
 impl Runner {
-    /// Writes the pause and announces it (§5.1 steps 1–5).
+    /// Writes the pause and announces it.
     pub(crate) async fn pause(&mut self, call: &ToolCall, waiting: CallResult) -> Flow<Parked> {
         let request_id = new_id();
         let (parked, prompt, payload) = match waiting {
@@ -168,7 +168,7 @@ impl Runner {
         Ok(parked)
     }
 
-    /// Waits for a command, a cancel or a detach, and applies what comes (§5.1 step 6).
+    /// Waits for a command, a cancel or a detach, and applies what comes.
     pub(crate) async fn wait_and_apply(&mut self, parked: Parked) -> Flow<CallResult> {
         let signal = self.signal();
         let detach = self.side.shared.detach.clone();
@@ -212,7 +212,7 @@ impl Runner {
         self.effect(parked, command).await
     }
 
-    /// §5.2 "Applying" steps 1–5: the resolution, its event, the record back to running.
+    /// Applies an answer: the resolution, its event, the record back to running.
     async fn record_resolution(
         &mut self,
         parked: &Parked,
@@ -393,7 +393,7 @@ impl Runner {
     }
 
     /// Leaves a pause without writing: drop the hold, read what is stored, settle with the
-    /// stored outcome (§5.7).
+    /// stored outcome.
     pub(crate) async fn detach_exit(&mut self) -> Exit {
         self.hold = None;
         self.stop_heartbeat();

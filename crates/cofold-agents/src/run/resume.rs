@@ -1,4 +1,4 @@
-//! Resuming a stored run (harness §3.11): replay, then deliver a terminal outcome, settle a run
+//! Resuming a stored run: replay, then deliver a terminal outcome, settle a run
 //! whose process died, or wait at a stored pause and go on from it.
 
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! Setting up a run (harness §3.2) and resolving capabilities (§2.5).
+//! Setting up a run and resolving capabilities.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Landing queued steers before a model step (harness §5.8).
+//! Landing queued steers before a model step.
 
 use super::{Flow, Runner};
 use crate::event::EventBody;

@@ -1,4 +1,4 @@
-//! The summary steps of a compaction (harness §9.5, §9.6).
+//! The summary steps of a compaction.
 //!
 //! A summary is marked as covering only the messages its request carried. When what there is to
 //! cover does not fit the model's budget in one request, it is summarized in chunks, oldest

@@ -1,4 +1,4 @@
-//! One tool call (harness §3.5): look up, validate, `before_tool`, propose, policy, remembered
+//! One tool call: look up, validate, `before_tool`, propose, policy, remembered
 //! approval, execute.
 
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! The one rule both stores follow to cut a session at a message (rewind and fork, harness §7.3).
+//! The one rule both stores follow to cut a session at a message (rewind and fork).
 
 use std::collections::HashSet;
 

@@ -1,4 +1,4 @@
-//! Token usage per run and per session, read from the store (harness §7.6).
+//! Token usage per run and per session, read from the store.
 
 use serde::{Deserialize, Serialize};
 

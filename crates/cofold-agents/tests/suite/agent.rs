@@ -1,4 +1,4 @@
-//! The agent builder (harness §2.8; acceptance A9–A12).
+//! The agent builder (runtime cases A9–A12, docs/acceptance.md).
 
 use async_trait::async_trait;
 use cofold_agents::agent::{

@@ -1,4 +1,4 @@
-//! Answers at a pause (harness §12.H): edited approvals, remembered approvals, denials, the rest
+//! Answers at a pause (runtime cases, section H of docs/acceptance.md): edited approvals, remembered approvals, denials, the rest
 //! of a batch, questions, and cancels while a request is open.
 
 use std::sync::Arc;

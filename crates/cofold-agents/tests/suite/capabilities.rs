@@ -1,4 +1,4 @@
-//! Capability resolution and the system prompt (harness §2.5; the contract side of B38, B40–B42).
+//! Capability resolution and the system prompt (runtime cases B38, B40–B42, docs/acceptance.md).
 
 use async_trait::async_trait;
 use cofold_agents::capability::{

@@ -1,4 +1,4 @@
-//! Compaction and context (harness §12.I): `compact`, automatic compaction, the kept tail, and
+//! Compaction and context (runtime cases, section I of docs/acceptance.md): `compact`, automatic compaction, the kept tail, and
 //! what the model is sent.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The scripted fake model (harness §2.10).
+//! The scripted fake model.
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::message::{Message, Part, Role, text_of, tool_calls_of};

@@ -1,4 +1,4 @@
-//! Denials and hook stops (harness §12.G): the refusals a run keeps and in what order, and a
+//! Denials and hook stops (runtime cases, section G of docs/acceptance.md): the refusals a run keeps and in what order, and a
 //! `before_tool` or `after_tool` hook stopping the run.
 
 use std::sync::{Arc, Mutex};

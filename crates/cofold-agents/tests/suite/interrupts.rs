@@ -1,4 +1,4 @@
-//! Interrupts (harness §12.E): cancel and timeout leave a transcript a model can read.
+//! Interrupts (runtime cases, section E of docs/acceptance.md): cancel and timeout leave a transcript a model can read.
 
 use std::sync::{Arc, Mutex};
 

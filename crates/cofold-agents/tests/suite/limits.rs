@@ -1,4 +1,4 @@
-//! Limits and cost (harness §12.B 25–27 and §12.G): step and tool-call limits, cost in
+//! Limits and cost: step and tool-call limits, cost in
 //! micro-dollars and its limit, and what a paused, dead or compacting run carries.
 
 use std::sync::Arc;

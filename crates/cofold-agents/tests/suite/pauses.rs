@@ -1,4 +1,4 @@
-//! Pauses (harness §12.B): approvals and questions answered on the same handle, remembered
+//! Pauses (runtime cases, section B of docs/acceptance.md): approvals and questions answered on the same handle, remembered
 //! approvals, an observer acting on the awaiting record, and a paused run's claim.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! Policy rules and the glob (harness §6; acceptance J161–J167, J178, J180): rule order, names and
+//! Policy rules and the glob (runtime cases J161–J167, J178, J180, docs/acceptance.md): rule order, names and
 //! subjects, `otherwise`, the default decision, the modes list and the denial wire names.
 
 use async_trait::async_trait;

@@ -1,4 +1,4 @@
-//! The permission modes against a real workspace (harness §6.3; acceptance J168–J177, J179): the
+//! The permission modes against a real workspace (runtime cases J168–J177, J179, docs/acceptance.md): the
 //! standard tool table, `is_edit`, written paths and how reads are judged.
 
 use cofold_agents::policy::{Behavior, Decision, ModeContext, PermissionMode, policy_of};
@@ -72,7 +72,7 @@ impl Workspace {
     }
 }
 
-/// Tools shaped like the standard ones of tools.md: the same names, effects, subjects and written paths.
+/// Tools shaped like the standard ones of cofold-tools: the same names, effects, subjects and written paths.
 struct Standard {
     read_file: Tool,
     list_files: Tool,
@@ -145,7 +145,7 @@ async fn every_cell_of_the_standard_tool_table() {
         .to_string_lossy()
         .into_owned();
     let outside_dir = workspace.outside.to_string_lossy().into_owned();
-    // One row per line of the table in harness §6.3, columns in PermissionMode::ALL order.
+    // One row per kind of call, one column per mode in PermissionMode::ALL order.
     let rows: Vec<Row> = vec![
         (
             "reads inside",

@@ -1,4 +1,4 @@
-//! Questions and the `ask_user` tool (harness §2.9; acceptance A13–A16).
+//! Questions and the `ask_user` tool (runtime cases A13–A16, docs/acceptance.md).
 
 use cofold_agents::question::{
     Question, QuestionOption, ask_user_tool, render_answers, validate_answers,

@@ -1,4 +1,4 @@
-//! Resume (harness §12.H): stale handles, lost races, detach, replay, finished, unknown and dead
+//! Resume (runtime cases, section H of docs/acceptance.md): stale handles, lost races, detach, replay, finished, unknown and dead
 //! runs, and two resumes in one process.
 
 use std::sync::Arc;

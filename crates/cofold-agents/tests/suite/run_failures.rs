@@ -1,4 +1,4 @@
-//! What fails or holds a run (harness §12.B): model hooks and model errors, capabilities that
+//! What fails or holds a run (runtime cases, section B of docs/acceptance.md): model hooks and model errors, capabilities that
 //! break, store failures, the writer claim and its heartbeat.
 
 use std::sync::{Arc, Mutex};

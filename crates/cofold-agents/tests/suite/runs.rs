@@ -1,4 +1,4 @@
-//! Runs (harness §12.B): the canonical sequences and records, tool calls refused before they run,
+//! Runs (runtime cases, section B of docs/acceptance.md): the canonical sequences and records, tool calls refused before they run,
 //! cancels, event streams, workspaces, input parts, chosen message ids and the model reference.
 
 use std::sync::{Arc, Mutex};

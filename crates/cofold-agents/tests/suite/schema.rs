@@ -1,4 +1,4 @@
-//! The JSON Schema subset for tool input (harness §2.3; acceptance A3–A8).
+//! The JSON Schema subset for tool input (runtime cases A3–A8, docs/acceptance.md).
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::schema::{Issue, Schema, issues_text};

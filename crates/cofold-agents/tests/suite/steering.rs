@@ -1,4 +1,4 @@
-//! Steering (harness §12.D): steers land before the next model step, or fail `not_running`.
+//! Steering (runtime cases, section D of docs/acceptance.md): steers land before the next model step, or fail `not_running`.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Streaming (harness §12.F): deltas are stored one per fragment and replay like live.
+//! Streaming (runtime cases, section F of docs/acceptance.md): deltas are stored one per fragment and replay like live.
 
 use serde_json::json;
 

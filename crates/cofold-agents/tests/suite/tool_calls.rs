@@ -1,4 +1,4 @@
-//! One tool call before it runs (harness §12.C): refusals, hook changes, hook and policy
+//! One tool call before it runs (runtime cases, section C of docs/acceptance.md): refusals, hook changes, hook and policy
 //! precedence, what the policy sees, and subjects.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! One tool call as it runs (harness §12.C): the execution record and its context, a failing
+//! One tool call as it runs (runtime cases, section C of docs/acceptance.md): the execution record and its context, a failing
 //! executor, bounded output, after_tool changes and a cancel mid-execution.
 
 use std::sync::{Arc, Mutex};

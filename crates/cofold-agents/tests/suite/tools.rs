@@ -1,4 +1,4 @@
-//! The tool contract (harness §2.4; acceptance A1, A2, J167 and the bad-input sentences).
+//! The tool contract (runtime cases A1, A2, J167 and the bad-input sentences, docs/acceptance.md).
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::schema::issues_text;

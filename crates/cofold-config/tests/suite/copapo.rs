@@ -1,4 +1,4 @@
-//! The copapo configuration (harness §12.N items 264–269) and the environment overlay.
+//! The copapo configuration (runtime cases 264–269, docs/acceptance.md) and the environment overlay.
 
 use cofold_agents::policy::PermissionMode;
 use cofold_agents::thinking::EffortLevel;

@@ -1,4 +1,4 @@
-//! The generic resolver (harness §12.N items 256–263).
+//! The generic resolver (runtime cases 256–263, docs/acceptance.md).
 
 use cofold_config::{
     ConfigError, EnvFile, LayerKind, ResolveOptions, environment_name_of, resolve_config,

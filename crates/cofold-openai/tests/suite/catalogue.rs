@@ -1,4 +1,4 @@
-//! The catalogue (harness §12.M items 236, 237) and `list_all`.
+//! The catalogue (runtime cases 236, 237, docs/acceptance.md) and `list_all`.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Non-streaming replies (harness §12.M items 234, 235, 238–240).
+//! Non-streaming replies (runtime cases 234, 235, 238–240, docs/acceptance.md).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Providers from configuration (harness §12.M items 252–255).
+//! Providers from configuration (runtime cases 252–255, docs/acceptance.md).
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::model::{ModelProvider, ModelSpec};

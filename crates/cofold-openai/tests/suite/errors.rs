@@ -1,4 +1,4 @@
-//! Errors, retries, dynamic keys and cancels (harness §12.M items 241–243) and the secrecy rule.
+//! Errors, retries, dynamic keys and cancels (runtime cases 241–243, docs/acceptance.md) and the secrecy rule.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

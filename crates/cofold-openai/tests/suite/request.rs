@@ -1,4 +1,4 @@
-//! The request mapping (harness §12.M items 224–233, 244).
+//! The request mapping (runtime cases 224–233, 244, docs/acceptance.md).
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! Streamed replies (harness §12.M items 245–251).
+//! Streamed replies (runtime cases 245–251, docs/acceptance.md).
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::message::{Part, ToolCall};

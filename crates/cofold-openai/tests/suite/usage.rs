@@ -1,5 +1,5 @@
 //! Usage counters in the shapes servers report them, and the cost they give at the catalogue's
-//! prices (harness §8.3, §8.8, §9.1).
+//! prices.
 
 use cofold_agents::model::{ListOptions, ModelPricing, ModelProvider, ModelSpec, Usage};
 use cofold_agents::usage::cost_of;

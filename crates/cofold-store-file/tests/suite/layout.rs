@@ -1,4 +1,4 @@
-//! Where things land on disk (harness §12.L items 208, 209, 216, 217, 220, 222, 223).
+//! Where things land on disk (runtime cases 208, 209, 216, 217, 220, 222, 223, docs/acceptance.md).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

@@ -1,4 +1,4 @@
-//! The writer lock on disk (harness §12.L items 210-212) and a second writer.
+//! The writer lock on disk (runtime cases 210-212, docs/acceptance.md) and a second writer.
 
 use std::fs;
 use std::path::Path;

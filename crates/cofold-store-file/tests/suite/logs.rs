@@ -1,4 +1,4 @@
-//! The JSONL logs: torn lines, ordered appends, step folding (harness §12.L items 213-215).
+//! The JSONL logs: torn lines, ordered appends, step folding (runtime cases 213-215, docs/acceptance.md).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;

@@ -1,5 +1,5 @@
-//! A message id already in the session. Refusing it is the run's job (harness §3.2 step 3: the run
-//! reads the transcript before it writes anything); `append_messages` in the `Store` contract (§7.1)
+//! A message id already in the session. Refusing it is the run's job (the run
+//! reads the transcript before it writes anything); `append_messages` in the `Store` contract
 //! does not check ids, so the file store and the memory store must treat a repeat the same way.
 
 use std::sync::Arc;

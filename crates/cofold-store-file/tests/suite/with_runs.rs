@@ -1,4 +1,4 @@
-//! The file store under the real run loop (harness §12.L items 218-219): a session folder copied to
+//! The file store under the real run loop (runtime cases 218-219, docs/acceptance.md): a session folder copied to
 //! another root resumes there, and a rewind is where the next run starts.
 
 use std::fs;

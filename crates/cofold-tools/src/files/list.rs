@@ -1,4 +1,4 @@
-//! list_files (§3.5): the matching entries under a folder, in path order, 1000 at most.
+//! list_files: the matching entries under a folder, in path order, 1000 at most.
 
 use std::fs::FileType;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! read_file (§3.1): numbered lines, one page at a time, streamed so a page deep in a huge file
+//! read_file: numbered lines, one page at a time, streamed so a page deep in a huge file
 //! costs memory in proportion to the page, not the file.
 
 use std::fs::{File, OpenOptions};
@@ -51,7 +51,7 @@ pub(crate) fn read_file(
     if !meta.is_file() {
         return Err(not_regular(&shown));
     }
-    // From here on every outcome counts as a read (§8 c).
+    // From here on every outcome counts as a read.
     run.record
         .record(&run.session, &resolved.real, Stamp::of(&meta));
 

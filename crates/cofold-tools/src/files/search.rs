@@ -1,4 +1,4 @@
-//! search_files (§3.6): a parallel walk, each file read into a per-thread buffer and searched
+//! search_files: a parallel walk, each file read into a per-thread buffer and searched
 //! line by line, the best `limit` rows kept in a bounded heap so the answer is the same whatever
 //! order the threads finish in.
 

@@ -1,4 +1,4 @@
-//! write_file (§3.2) and edit_file (§3.3): every byte goes through the descriptor the checked
+//! write_file and edit_file: every byte goes through the descriptor the checked
 //! open returned, after the read-before-write check.
 
 use std::borrow::Cow;
@@ -82,7 +82,7 @@ pub(crate) fn edit_file(
     let mut at = 0;
     for start in &found {
         edited.extend_from_slice(&view[at..*start]);
-        // Inserted as written: `$&` and `$1` mean nothing here (§8 a).
+        // Inserted as written: `$&` and `$1` mean nothing here.
         edited.extend_from_slice(&new);
         at = start + old.len();
     }

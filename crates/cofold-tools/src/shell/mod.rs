@@ -1,5 +1,5 @@
 //! The shell capability: `shell_exec`, one command through the platform shell in the run's
-//! workspace (tools.md §3.7), and `exec_shell`, the runner on its own.
+//! workspace, and `exec_shell`, the runner on its own.
 //!
 //! A command cannot outlive its call. Each one carries a marker of its own in its environment
 //! ([`MARKER_VAR`]), which children inherit through `fork`, `setsid`, `setpgid`, `nohup` and a

@@ -1,4 +1,4 @@
-//! web_fetch's algorithm (tools.md §3.8): parse, guard and pin every hop, follow redirects by
+//! web_fetch's algorithm: parse, guard and pin every hop, follow redirects by
 //! hand, keep text types only, cut the body, reduce HTML to text.
 
 use std::net::IpAddr;

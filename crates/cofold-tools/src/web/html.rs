@@ -1,4 +1,4 @@
-//! `html_to_text`: a page reduced to the text a reader sees, in the fixed steps of tools.md §3.8.
+//! `html_to_text`: a page reduced to the text a reader sees, in fixed steps.
 
 use std::sync::LazyLock;
 

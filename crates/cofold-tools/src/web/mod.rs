@@ -1,5 +1,5 @@
 //! The web capability: `web_fetch` (every hop guarded and pinned, redirects followed by hand)
-//! and, when providers are given, `web_search` (tools.md §3.8–3.9).
+//! and, when providers are given, `web_search`.
 
 mod fetch;
 mod guard;

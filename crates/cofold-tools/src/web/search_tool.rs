@@ -1,4 +1,4 @@
-//! The web_search tool: providers asked in order, the first that answers wins (tools.md §3.9).
+//! The web_search tool: providers asked in order, the first that answers wins.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! tools.md §9.1: the files capability's declarations.
+//! Tools cases 9.1 (docs/acceptance.md): the files capability's declarations.
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! tools.md §9.3 (write_file and edit_file) and §9.14 (the decisions on edits).
+//! Tools cases 9.3 (docs/acceptance.md) (write_file and edit_file) and tools cases 9.14 (the decisions on edits).
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! Fixture F of tools.md §9, and the files tools of one run through the shared driver.
+//! Fixture F of the tools cases (docs/acceptance.md), and the files tools of one run through the shared driver.
 
 use std::fs;
 use std::ops::Deref;

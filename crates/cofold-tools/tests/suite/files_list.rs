@@ -1,4 +1,4 @@
-//! tools.md §9.7 (list_files, cases 44–47), decision (g) on ignore files and (d) on order.
+//! Tools cases 9.7 (docs/acceptance.md) (list_files, cases 44–47), decision (g) on ignore files and (d) on order.
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! tools.md §9.2: read_file.
+//! Tools cases 9.2 (docs/acceptance.md): read_file.
 
 use serde_json::json;
 

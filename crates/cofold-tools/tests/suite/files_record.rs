@@ -1,4 +1,4 @@
-//! tools.md §9.5 (read-before-write) and §9.6 (require_read: false).
+//! Tools cases 9.5 (docs/acceptance.md) (read-before-write) and tools cases 9.6 (require_read: false).
 
 use std::sync::Arc;
 

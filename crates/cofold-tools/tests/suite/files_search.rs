@@ -1,4 +1,4 @@
-//! tools.md §9.7 (search_files, cases 48–55) and decision (d).
+//! Tools cases 9.7 (docs/acceptance.md) (search_files, cases 48–55) and decision (d).
 
 use serde_json::{Value, json};
 

@@ -1,5 +1,5 @@
-//! tools.md §9.4: the file written is the file checked, even when the path is swapped between
-//! the check and the open (through the `before_open` seam), and §9.6 case 43.
+//! Tools cases 9.4 (docs/acceptance.md): the file written is the file checked, even when the path is swapped between
+//! the check and the open (through the `before_open` seam), and tools cases 9.6 case 43.
 #![cfg(unix)]
 
 use std::fs;

@@ -1,4 +1,4 @@
-//! tools.md §9.10: the memory capability against a real folder.
+//! Tools cases 9.10 (docs/acceptance.md): the memory capability against a real folder.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! tools.md §9.8: resolve_within and display_path.
+//! Tools cases 9.8 (docs/acceptance.md): resolve_within and display_path.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! tools.md §9.13, the web_search tool: the first provider that answers wins, failures are
+//! Tools cases 9.13 (docs/acceptance.md), the web_search tool: the first provider that answers wins, failures are
 //! noted, a silent provider times out, a cancel stops the loop, and the count cuts the rows.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! tools.md §9.13, the brave, tavily and duckduckgo providers against loopback servers that
+//! Tools cases 9.13 (docs/acceptance.md), the brave, tavily and duckduckgo providers against loopback servers that
 //! answer like the real services: requests, parsing, errors, and keys that never show.
 
 use std::collections::HashMap;

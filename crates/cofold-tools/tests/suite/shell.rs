@@ -1,4 +1,4 @@
-//! tools.md §9.11: shell_exec and exec_shell, with real processes.
+//! Tools cases 9.11 (docs/acceptance.md): shell_exec and exec_shell, with real processes.
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! tools.md §9.9: standard_capabilities, ToolsConfig and tools_schema.
+//! Tools cases 9.9 (docs/acceptance.md): standard_capabilities, ToolsConfig and tools_schema.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

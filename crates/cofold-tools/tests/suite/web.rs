@@ -1,4 +1,4 @@
-//! tools.md §9.12, what web_fetch returns: HTML reduced to text, the tools and their subjects,
+//! Tools cases 9.12 (docs/acceptance.md), what web_fetch returns: HTML reduced to text, the tools and their subjects,
 //! pages and statuses, the size cut, the text types, bad URLs and transport failures.
 
 use std::sync::Arc;

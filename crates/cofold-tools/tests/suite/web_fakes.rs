@@ -1,4 +1,4 @@
-//! The web tests' fakes (tools.md §9.12): a transport that routes by URL prefix and records every
+//! The web tests' fakes (tools cases, section 9.12 of docs/acceptance.md): a transport that routes by URL prefix and records every
 //! request, a lookup with scripted answers, and the web capability built over both.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! tools.md §9.12, where web_fetch may go: internal addresses refused before any request,
+//! Tools cases 9.12 (docs/acceptance.md), where web_fetch may go: internal addresses refused before any request,
 //! redirects followed by hand and guarded, pinned connections, and the default transport
 //! against a loopback server.
 

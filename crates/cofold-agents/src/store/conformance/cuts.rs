@@ -1,4 +1,4 @@
-//! Conformance checks for rewind, fork and session usage (harness §12.K items 199-202, 207).
+//! Conformance checks for rewind, fork and session usage (runtime cases 199-202, 207, docs/acceptance.md).
 
 use serde_json::json;
 

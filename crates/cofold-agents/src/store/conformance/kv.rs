@@ -1,4 +1,4 @@
-//! Conformance checks for the key-value scopes (harness §12.K items 204-206).
+//! Conformance checks for the key-value scopes (runtime cases 204-206, docs/acceptance.md).
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! The store conformance suite (harness §12.K): one set of checks every [`Store`] must pass.
+//! The store conformance suite (runtime cases, section K of docs/acceptance.md): one set of checks every [`Store`] must pass.
 //!
 //! A store crate runs it with [`store_conformance_tests!`](crate::store_conformance_tests), giving a
 //! function that builds a fresh [`StoreFixture`] per test:

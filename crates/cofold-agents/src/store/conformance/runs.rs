@@ -1,4 +1,4 @@
-//! Conformance checks for runs, events, steps and requests (harness §12.K items 189-197, 203).
+//! Conformance checks for runs, events, steps and requests (runtime cases 189-197, 203, docs/acceptance.md).
 
 use serde_json::json;
 

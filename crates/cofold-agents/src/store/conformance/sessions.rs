@@ -1,4 +1,4 @@
-//! Conformance checks for sessions, messages and the writer claim (harness §12.K items 181-188, 198).
+//! Conformance checks for sessions, messages and the writer claim (runtime cases 181-188, 198, docs/acceptance.md).
 
 use crate::error::ErrorCode;
 use crate::event::RunStatus;
