@@ -374,7 +374,7 @@ impl Agent for CofoldAgent {
             }
             _ => None,
         };
-        Ok(Box::new(CofoldSession::new(
+        let session = CofoldSession::new(
             self.core.clone(),
             start.ctx.clone(),
             start.backend_id.clone(),
@@ -382,7 +382,11 @@ impl Agent for CofoldAgent {
             copapo,
             start.settings.clone(),
             paused,
-        )))
+        );
+        if start.resume.is_some() {
+            session.settle_dead().await;
+        }
+        Ok(Box::new(session))
     }
 
     async fn probe(&self) -> Probe {

@@ -15,7 +15,7 @@ use ahp_types::actions::{ChatTurnStartedAction, StateAction};
 use ahp_types::state::{Message, MessageKind, MessageOrigin, ModelSelection};
 use ahpd_sdk::TurnRequest;
 use cofold_agents::event::{Command, Event, EventBody};
-use cofold_agents::run::{ResumeOptions, resume};
+use cofold_agents::run::{ResumeOptions, resume, settle_dead_runs};
 use cofold_agents::store::{RunRef, RunStatus, Store};
 
 use super::{Core, Follow, State};
@@ -117,6 +117,52 @@ pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<P
 }
 
 impl Core {
+    /// Settles the conversation's run whose process is gone (its open calls answered, its status
+    /// `interrupted`, the claim released), so a session read back after a crash is sound the moment
+    /// it is opened rather than when the stale claim ages out. A paused run is left to [`reopen`];
+    /// a holder that may be alive is never touched.
+    ///
+    /// [`reopen`]: Core::reopen
+    pub(super) async fn settle_dead(self: &Arc<Self>) {
+        let store = self.agent.store.clone();
+        match store.dead_writer(&self.backend_id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(session = %self.backend_id, "cannot tell whether the writer is alive: {}", error.message);
+                return;
+            }
+        }
+        // The settling run needs the conversation's agent (its model's pricing, its tools); it
+        // is built as for a turn with the session's settings and no input.
+        let turn = TurnRequest {
+            turn_id: cofold_agents::id::new_id(),
+            message: Message {
+                text: String::new(),
+                origin: MessageOrigin {
+                    kind: MessageKind::User,
+                },
+                attachments: None,
+                model: None,
+                agent: None,
+                meta: None,
+            },
+            queued_message_id: None,
+            settings: super::lock(&self.settings).clone(),
+            client_id: None,
+        };
+        let prepared = match self.prepare(&turn) {
+            Ok(prepared) => prepared,
+            Err(sentence) => {
+                tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {sentence}");
+                return;
+            }
+        };
+        if let Err(error) = settle_dead_runs(&prepared.built.agent, &self.backend_id).await {
+            tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {}", error.message);
+        }
+    }
+
     /// Reattaches the paused run, if the session still holds one. `replaced_by` is the turn the
     /// host handed first, which takes the run's place; without it the run's turn is said again.
     pub(super) fn reopen(self: &Arc<Self>, state: &mut State, replaced_by: Option<&TurnRequest>) {

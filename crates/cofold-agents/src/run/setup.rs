@@ -65,12 +65,19 @@ impl Runner {
         self.workspace = session.workspace;
 
         // 3. A caller-chosen message id must be new to the session.
+        // A fresh id is new by construction; only a chosen one needs the transcript read.
+        let chosen = message_id.is_some();
         let message_id = message_id.unwrap_or_else(new_id);
-        let history = self
-            .store
-            .list_messages(self.session_id(), None)
-            .await
-            .map_err(|error| Exit::Settle(failed_outcome(AgentError::internal(error.message))))?;
+        let history = if chosen {
+            self.store
+                .list_messages(self.session_id(), None)
+                .await
+                .map_err(|error| {
+                    Exit::Settle(failed_outcome(AgentError::internal(error.message)))
+                })?
+        } else {
+            Vec::new()
+        };
         if history.iter().any(|m| m.id == message_id) {
             return Err(Exit::Settle(failed_outcome(AgentError::already_exists(
                 format!(
@@ -107,18 +114,17 @@ impl Runner {
 
         // 5. The writer claim. A claim left by a run whose process is gone is settled first,
         // so a person never waits on a dead run; a live holder keeps its claim.
+        // A store that judges holders would hand a dead one's claim straight over, leaving its
+        // run `running` with its calls unanswered: it is settled first.
+        if self.store.dead_writer(self.session_id()).await?.is_some() {
+            self.settle_holder().await;
+        }
         let mut claimed = self
             .store
             .claim_writer(self.session_id(), self.run_id())
             .await?;
         if !claimed {
-            if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
-                self.agent.warn(&format!(
-                    "could not settle the run holding session {}: {}",
-                    self.session_id(),
-                    error.message
-                ));
-            }
+            self.settle_holder().await;
             claimed = self
                 .store
                 .claim_writer(self.session_id(), self.run_id())
@@ -154,6 +160,18 @@ impl Runner {
         // 8. The heartbeat; the loop follows.
         self.start_heartbeat();
         Ok(())
+    }
+
+    /// Settles the run holding the session's claim when its holder is gone; a failure is only
+    /// warned about, as the claim that follows says whether the way is clear.
+    async fn settle_holder(&self) {
+        if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
+            self.agent.warn(&format!(
+                "could not settle the run holding session {}: {}",
+                self.session_id(),
+                error.message
+            ));
+        }
     }
 
     async fn session_or_create(
