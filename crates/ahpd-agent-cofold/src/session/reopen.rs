@@ -3,7 +3,8 @@
 //! `create` reads the conversation's newest run; when it waits on a person, the session holds it
 //! until the host's first call. A turn handed first takes its place: the run is reattached
 //! unseen, its request denied with `The turn was replaced by a newer message` (a notice on the new
-//! turn says so), and the turn runs once that run has ended. Any other first call reopens it: the turn is said again with its
+//! turn says so), the run is cancelled so it asks nothing more, and the turn runs once that run
+//! has ended. Any other first call reopens it: the turn is said again with its
 //! parts replayed from the stored events, the run is reattached with cofold's `resume()` after
 //! the last stored event, and the pending request is put to the host once.
 
@@ -269,6 +270,9 @@ impl Core {
                     if let Err(error) = handle.submit(deny).await {
                         tracing::warn!("the replaced run's request stays open: {}", error.message);
                     }
+                    // The run goes no further: unseen, it could only ask approvals nobody sees
+                    // of a turn the person replaced, while the newer turn waits behind it.
+                    handle.cancel(Some(REPLACED.to_owned()));
                 });
             }
             (None, _) => {}
