@@ -442,11 +442,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response<Bod
     let models_path = format!("{}/models", shared.prefix);
     let reply = {
         let mut script = lock(&shared.script);
-        let fault = (shared.strict_tool_pairing
-            && recorded.method == "POST"
-            && recorded.path == chat_path)
-            .then(|| crate::pairing::tool_pairing_fault(&recorded.json))
-            .flatten();
+        let fault =
+            (shared.strict_tool_pairing && recorded.method == "POST" && recorded.path == chat_path)
+                .then(|| crate::pairing::tool_pairing_fault(&recorded.json))
+                .flatten();
         if let Some(fault) = fault {
             Reply::api_error(400, &fault)
         } else if recorded.method == "POST" && recorded.path == chat_path {
