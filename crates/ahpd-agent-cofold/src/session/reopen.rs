@@ -3,8 +3,8 @@
 //! `create` reads the conversation's newest run; when it waits on a person, the session holds it
 //! until the host's first call. A turn handed first takes its place: the run is reattached
 //! unseen, its request denied with `The turn was replaced by a newer message` (a notice on the new
-//! turn says so), the run is cancelled so it asks nothing more, and the turn runs once that run
-//! has ended. Any other first call reopens it: the turn is said again with its
+//! turn says so), the run is cancelled should it ask anything more (nobody would see the ask),
+//! and the turn runs once that run has ended. Any other first call reopens it: the turn is said again with its
 //! parts replayed from the stored events, the run is reattached with cofold's `resume()` after
 //! the last stored event, and the pending request is put to the host once.
 
@@ -18,6 +18,7 @@ use ahpd_sdk::TurnRequest;
 use cofold_agents::event::{Command, Event, EventBody};
 use cofold_agents::run::{ResumeOptions, resume, settle_dead_runs};
 use cofold_agents::store::{RunRef, RunStatus, Store};
+use futures::StreamExt;
 
 use super::{Core, Follow, State};
 use crate::actions as act;
@@ -263,16 +264,30 @@ impl Core {
                 // `resume()` takes the answer before it has finished reading the run.
                 let handle = handle.clone();
                 tokio::spawn(async move {
+                    let mut events = Box::pin(handle.events());
                     let deny = Command::Deny {
-                        request_id,
+                        request_id: request_id.clone(),
                         reason: Some(REPLACED.to_owned()),
                     };
                     if let Err(error) = handle.submit(deny).await {
                         tracing::warn!("the replaced run's request stays open: {}", error.message);
                     }
-                    // The run goes no further: unseen, it could only ask approvals nobody sees
-                    // of a turn the person replaced, while the newer turn waits behind it.
-                    handle.cancel(Some(REPLACED.to_owned()));
+                    // The run may go on to answer, but not to ask again: unseen, its next
+                    // approval or question would wait on nobody while the newer turn waits
+                    // behind it. It is cancelled at such an ask.
+                    while let Some(event) = events.next().await {
+                        if let EventBody::ApprovalRequested {
+                            request_id: asked, ..
+                        }
+                        | EventBody::InputRequested {
+                            request_id: asked, ..
+                        } = &event.body
+                            && *asked != request_id
+                        {
+                            handle.cancel(Some(REPLACED.to_owned()));
+                            break;
+                        }
+                    }
                 });
             }
             (None, _) => {}

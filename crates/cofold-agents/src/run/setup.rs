@@ -88,7 +88,37 @@ impl Runner {
         }
         self.input_message_id = message_id.clone();
 
-        // 4. The run record.
+        // 4. The writer claim, before the run record: a `running` record then always has had a
+        // claim naming its process, so one left by a killed process is found dead and settled;
+        // a claim left without its record is taken by the next run. A claim left by a run whose
+        // process is gone is settled first, so a person never waits on a dead run (a store that
+        // judges holders would otherwise hand the claim straight over, leaving that run
+        // `running` with its calls unanswered); a live holder keeps its claim.
+        let settle_on = |error: AgentError| Exit::Settle(failed_outcome(error));
+        if self
+            .store
+            .dead_writer(self.session_id())
+            .await
+            .map_err(settle_on)?
+            .is_some()
+        {
+            self.settle_holder().await;
+        }
+        let mut claimed = self
+            .store
+            .claim_writer(self.session_id(), self.run_id())
+            .await
+            .map_err(settle_on)?;
+        if !claimed {
+            self.settle_holder().await;
+            claimed = self
+                .store
+                .claim_writer(self.session_id(), self.run_id())
+                .await
+                .map_err(settle_on)?;
+        }
+
+        // 5. The run record, also for a run refused the claim, so that it is found failed.
         let now = Timestamp::now();
         let record = RunRecord {
             run_id: self.run_id().to_owned(),
@@ -106,30 +136,16 @@ impl Runner {
             input_message_id: Some(message_id.clone()),
             last_message_id: None,
         };
-        self.store
-            .create_run(record)
-            .await
-            .map_err(|e| Exit::Settle(failed_outcome(e)))?;
+        if let Err(error) = self.store.create_run(record).await {
+            if claimed {
+                let _ = self
+                    .store
+                    .release_writer(self.session_id(), self.run_id())
+                    .await;
+            }
+            return Err(settle_on(error));
+        }
         self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
-
-        // 5. The writer claim. A claim left by a run whose process is gone is settled first,
-        // so a person never waits on a dead run; a live holder keeps its claim.
-        // A store that judges holders would hand a dead one's claim straight over, leaving its
-        // run `running` with its calls unanswered: it is settled first.
-        if self.store.dead_writer(self.session_id()).await?.is_some() {
-            self.settle_holder().await;
-        }
-        let mut claimed = self
-            .store
-            .claim_writer(self.session_id(), self.run_id())
-            .await?;
-        if !claimed {
-            self.settle_holder().await;
-            claimed = self
-                .store
-                .claim_writer(self.session_id(), self.run_id())
-                .await?;
-        }
         if !claimed {
             return Err(Exit::Error(AgentError::new(
                 ErrorCode::WriterBusy,
