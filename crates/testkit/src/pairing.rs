@@ -83,11 +83,7 @@ mod tests {
         let ok = json!({ "messages": [user, call("a"), result("a"), user] });
         assert_eq!(tool_pairing_fault(&ok), None);
         let missing = json!({ "messages": [user, call("a"), user] });
-        assert!(
-            tool_pairing_fault(&missing)
-                .unwrap()
-                .contains("did not have")
-        );
+        assert!(tool_pairing_fault(&missing).is_some_and(|fault| fault.contains("did not have")));
         let late = json!({ "messages": [user, call("a"), user, result("a")] });
         assert!(tool_pairing_fault(&late).is_some());
         let orphan = json!({ "messages": [user, result("a")] });
