@@ -34,6 +34,9 @@ pub(crate) struct Paused {
     started_at: String,
     model: Option<String>,
     events: Vec<Event>,
+    /// The request the run record says it waits on: the events may lack it when the daemon
+    /// stopped between recording the pause and announcing it.
+    request_id: Option<String>,
 }
 
 impl Paused {
@@ -109,6 +112,7 @@ pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<P
     let messages = store.list_messages(session_id, None).await.ok()?;
     let input = messages.iter().find(|m| m.id == turn_id)?;
     Some(Paused {
+        request_id: newest.pending_request_id.clone(),
         run_id: newest.run_id,
         turn_id,
         text: cofold_agents::message::text_of(input),
@@ -243,15 +247,24 @@ impl Core {
                     &prepared.edits,
                 );
             }
-            (Some(body), Some(replacing)) => {
-                let (request_id, what) = match body {
-                    EventBody::ApprovalRequested {
-                        request_id, name, ..
-                    } => (request_id.clone(), format!("The approval of \"{name}\"")),
-                    EventBody::InputRequested { request_id, .. } => {
-                        (request_id.clone(), "The question".to_owned())
-                    }
-                    _ => (String::new(), "The request".to_owned()),
+            (pending, Some(replacing)) => {
+                let unannounced = || {
+                    (
+                        paused.request_id.clone().unwrap_or_default(),
+                        "The request".to_owned(),
+                    )
+                };
+                let (request_id, what) = match pending {
+                    None => unannounced(),
+                    Some(body) => match body {
+                        EventBody::ApprovalRequested {
+                            request_id, name, ..
+                        } => (request_id.clone(), format!("The approval of \"{name}\"")),
+                        EventBody::InputRequested { request_id, .. } => {
+                            (request_id.clone(), "The question".to_owned())
+                        }
+                        _ => unannounced(),
+                    },
                 };
                 // Said on the new turn, so the person knows what became of the request.
                 self.ctx.emit(act::notice(
@@ -290,7 +303,7 @@ impl Core {
                     }
                 });
             }
-            (None, _) => {}
+            (None, None) => {}
         }
         self.launch(
             state,

@@ -4,9 +4,10 @@
 //! and takes a new turn.
 //!
 //! The turn reads a file, edits it (an approval the test answers as a client), runs a shell
-//! command that sleeps (an approval too) and answers. The points are reached by waiting on what
+//! command that sleeps (an approval too), asks the person a question (answered by the test as
+//! a client) and answers. The points are reached by waiting on what
 //! the daemon does: a model request held by the scripted endpoint before or in the middle of its
-//! answer, an approval left unanswered, the command's marker file, the end of the turn, and the
+//! answer, an approval or the question left unanswered, the command's marker file, the end of the turn, and the
 //! n-th change of the session folder's files after the turn began.
 
 use std::collections::{BTreeMap, HashSet};
@@ -40,6 +41,8 @@ enum Point {
     Held(Hold),
     /// While the approval of the edit (0) or the command (1) waits on the client.
     Approval(usize),
+    /// While the question waits on the client.
+    Question,
     /// While the shell command runs.
     Command,
     /// Once the turn has ended.
@@ -48,20 +51,24 @@ enum Point {
     Writes(usize),
 }
 
+/// The model requests of the coding turn: read, edit, shell, question, answer.
+const STEPS: usize = 5;
+
 fn plan() -> Vec<Point> {
     let mut points = Vec::new();
-    for step in 0..4 {
+    for step in 0..STEPS {
         points.push(Point::Held(Hold::Before(step)));
         points.push(Point::Held(Hold::During(step)));
     }
     points.extend([
         Point::Approval(0),
         Point::Approval(1),
+        Point::Question,
         Point::Command,
         Point::AfterTurn,
     ]);
     // More than are needed: how many changes a poll sees depends on the machine's pace.
-    points.extend((1..=14).map(Point::Writes));
+    points.extend((1..=12).map(Point::Writes));
     points
 }
 
@@ -117,6 +124,11 @@ fn respond(script: &Mutex<Script>, body: &Value) -> Reply {
             &format!("w{n}-shell"),
             "shell_exec",
             json!({ "command": format!("echo started > '{}'; sleep 1; echo slept", marker.display()) }),
+        ),
+        3 => tool_call(
+            &format!("w{n}-ask"),
+            "ask_user",
+            json!({ "questions": [{ "id": "colour", "question": "Which colour?" }] }),
         ),
         _ => (
             vec![chunk::role(), chunk::text("done ")],
@@ -204,6 +216,7 @@ fn follow(client: &Client, chat: String, watch: Arc<Watch>) {
             };
             let action = serde_json::to_value(&envelope.action).unwrap();
             let mut answer = None;
+            let mut question = None;
             {
                 let mut seen = watch.seen.lock().unwrap();
                 match action["type"].as_str().unwrap_or("") {
@@ -212,6 +225,14 @@ fn follow(client: &Client, chat: String, watch: Arc<Watch>) {
                             .insert(action["turnId"].as_str().unwrap_or("").to_owned());
                     }
                     "chat/turnError" => seen.errors.push(action.to_string()),
+                    "session/inputNeededSet" if action["request"]["kind"] == "chatInput" => {
+                        if seen.leave.as_deref() == Some("ask_user") {
+                            seen.left_waiting = true;
+                        } else {
+                            let id = action["request"]["request"]["id"].as_str().unwrap_or("");
+                            question = Some(id.to_owned());
+                        }
+                    }
                     "session/inputNeededSet" if action["request"]["kind"] == "toolConfirmation" => {
                         let request = &action["request"];
                         let turn = request["turnId"].as_str().unwrap_or("").to_owned();
@@ -234,6 +255,24 @@ fn follow(client: &Client, chat: String, watch: Arc<Watch>) {
                 }
             }
             watch.changed.notify_waiters();
+            if let Some(request) = question {
+                let _ = client
+                    .notify(
+                        "dispatchAction",
+                        json!({
+                            "channel": chat, "clientSeq": 1,
+                            "action": {
+                                "type": "chat/inputCompleted", "requestId": request,
+                                "response": "accept",
+                                "answers": { "colour": {
+                                    "state": "submitted",
+                                    "value": { "kind": "text", "value": "blue" },
+                                } },
+                            },
+                        }),
+                    )
+                    .await;
+            }
             if let Some((turn, call)) = answer {
                 let _ = client
                     .notify(
@@ -489,6 +528,7 @@ fn killing_the_daemon_anywhere_in_a_coding_turn_loses_nothing_and_blocks_nothing
                 seen.leave = match point {
                     Point::Approval(0) => Some("edit_file".to_owned()),
                     Point::Approval(_) => Some("shell_exec".to_owned()),
+                    Point::Question => Some("ask_user".to_owned()),
                     _ => None,
                 };
             }
@@ -506,8 +546,8 @@ fn killing_the_daemon_anywhere_in_a_coding_turn_loses_nothing_and_blocks_nothing
                         .expect("the held model request");
                     true
                 }
-                Point::Approval(_) => {
-                    watch.until("the approval", |s| s.left_waiting).await;
+                Point::Approval(_) | Point::Question => {
+                    watch.until("the ask", |s| s.left_waiting).await;
                     true
                 }
                 Point::Command => {
