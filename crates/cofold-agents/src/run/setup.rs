@@ -137,7 +137,9 @@ impl Runner {
             last_message_id: None,
         };
         if let Err(error) = self.store.create_run(record).await {
-            if claimed {
+            // A run id already taken (never so for a fresh one) is another run's, and so may be
+            // its claim.
+            if claimed && error.code != ErrorCode::AlreadyExists {
                 let _ = self
                     .store
                     .release_writer(self.session_id(), self.run_id())
