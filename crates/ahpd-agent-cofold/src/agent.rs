@@ -412,7 +412,7 @@ impl Agent for CofoldAgent {
             }
             _ => None,
         };
-        Ok(Box::new(CofoldSession::new(
+        let session = CofoldSession::new(
             self.core.clone(),
             start.ctx.clone(),
             start.backend_id.clone(),
@@ -422,7 +422,11 @@ impl Agent for CofoldAgent {
             start.settings.clone(),
             paused,
             refused_fork,
-        )))
+        );
+        if start.resume.is_some() {
+            session.settle_dead().await;
+        }
+        Ok(Box::new(session))
     }
 
     async fn probe(&self) -> Probe {

@@ -79,6 +79,7 @@ pub struct EndpointBuilder {
     chat_fallback: Responder,
     models: VecDeque<Reply>,
     models_list: Value,
+    strict_tool_pairing: bool,
 }
 
 impl Default for EndpointBuilder {
@@ -94,6 +95,7 @@ impl Default for EndpointBuilder {
             }),
             models: VecDeque::new(),
             models_list: json!({ "object": "list", "data": [] }),
+            strict_tool_pairing: false,
         }
     }
 }
@@ -164,6 +166,14 @@ impl EndpointBuilder {
         self
     }
 
+    /// Answers HTTP 400 (OpenAI's error shape, the sentence of [`crate::tool_pairing_fault`]) to
+    /// a chat request whose assistant tool calls are not each followed by their result, as real
+    /// servers do, without using a scripted reply. The request is still recorded.
+    pub fn strict_tool_pairing(mut self) -> Self {
+        self.strict_tool_pairing = true;
+        self
+    }
+
     /// Binds `127.0.0.1:0` and starts serving on a thread of its own.
     ///
     /// Callable from sync or async code. Fails only when the loopback socket cannot be bound or
@@ -184,6 +194,7 @@ impl EndpointBuilder {
             closed: Mutex::new(0),
             closed_notify: Notify::new(),
             prefix: self.prefix.clone(),
+            strict_tool_pairing: self.strict_tool_pairing,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -216,6 +227,7 @@ struct Shared {
     closed: Mutex<usize>,
     closed_notify: Notify,
     prefix: String,
+    strict_tool_pairing: bool,
 }
 
 // A poisoned lock only means another test thread panicked; the data is still usable.
@@ -430,7 +442,13 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response<Bod
     let models_path = format!("{}/models", shared.prefix);
     let reply = {
         let mut script = lock(&shared.script);
-        if recorded.method == "POST" && recorded.path == chat_path {
+        let fault =
+            (shared.strict_tool_pairing && recorded.method == "POST" && recorded.path == chat_path)
+                .then(|| crate::pairing::tool_pairing_fault(&recorded.json))
+                .flatten();
+        if let Some(fault) = fault {
+            Reply::api_error(400, &fault)
+        } else if recorded.method == "POST" && recorded.path == chat_path {
             match script.chat.pop_front() {
                 Some(r) => r,
                 None => (script.chat_fallback)(&recorded),

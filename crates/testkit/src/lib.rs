@@ -24,8 +24,10 @@ mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
+mod pairing;
 mod reply;
 
 pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
+pub use pairing::tool_pairing_fault;
 pub use reply::{Frame, Gate, Reply};

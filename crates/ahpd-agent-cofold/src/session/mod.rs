@@ -144,6 +144,12 @@ impl CofoldSession {
             }),
         }
     }
+
+    /// Settles a run left `running` by a process that is gone; called when a stored conversation
+    /// is opened, before it takes any turn.
+    pub(crate) async fn settle_dead(&self) {
+        self.core.settle_dead().await;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -3,7 +3,8 @@
 //! `create` reads the conversation's newest run; when it waits on a person, the session holds it
 //! until the host's first call. A turn handed first takes its place: the run is reattached
 //! unseen, its request denied with `The turn was replaced by a newer message` (a notice on the new
-//! turn says so), and the turn runs once that run has ended. Any other first call reopens it: the turn is said again with its
+//! turn says so), the run is cancelled should it ask anything more (nobody would see the ask),
+//! and the turn runs once that run has ended. Any other first call reopens it: the turn is said again with its
 //! parts replayed from the stored events, the run is reattached with cofold's `resume()` after
 //! the last stored event, and the pending request is put to the host once.
 
@@ -15,8 +16,9 @@ use ahp_types::actions::{ChatTurnStartedAction, StateAction};
 use ahp_types::state::{Message, MessageKind, MessageOrigin, ModelSelection};
 use ahpd_sdk::TurnRequest;
 use cofold_agents::event::{Command, Event, EventBody};
-use cofold_agents::run::{ResumeOptions, resume};
+use cofold_agents::run::{ResumeOptions, resume, settle_dead_runs};
 use cofold_agents::store::{RunRef, RunStatus, Store};
+use futures::StreamExt;
 
 use super::{Core, Follow, State};
 use crate::actions as act;
@@ -32,6 +34,9 @@ pub(crate) struct Paused {
     started_at: String,
     model: Option<String>,
     events: Vec<Event>,
+    /// The request the run record says it waits on: the events may lack it when the daemon
+    /// stopped between recording the pause and announcing it.
+    request_id: Option<String>,
 }
 
 impl Paused {
@@ -107,6 +112,7 @@ pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<P
     let messages = store.list_messages(session_id, None).await.ok()?;
     let input = messages.iter().find(|m| m.id == turn_id)?;
     Some(Paused {
+        request_id: newest.pending_request_id.clone(),
         run_id: newest.run_id,
         turn_id,
         text: cofold_agents::message::text_of(input),
@@ -117,6 +123,52 @@ pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<P
 }
 
 impl Core {
+    /// Settles the conversation's run whose process is gone (its open calls answered, its status
+    /// `interrupted`, the claim released), so a session read back after a crash is sound the moment
+    /// it is opened rather than when the stale claim ages out. A paused run is left to [`reopen`];
+    /// a holder that may be alive is never touched.
+    ///
+    /// [`reopen`]: Core::reopen
+    pub(super) async fn settle_dead(self: &Arc<Self>) {
+        let store = self.agent.store.clone();
+        match store.dead_writer(&self.backend_id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(session = %self.backend_id, "cannot tell whether the writer is alive: {}", error.message);
+                return;
+            }
+        }
+        // The settling run needs the conversation's agent (its model's pricing, its tools); it
+        // is built as for a turn with the session's settings and no input.
+        let turn = TurnRequest {
+            turn_id: cofold_agents::id::new_id(),
+            message: Message {
+                text: String::new(),
+                origin: MessageOrigin {
+                    kind: MessageKind::User,
+                },
+                attachments: None,
+                model: None,
+                agent: None,
+                meta: None,
+            },
+            queued_message_id: None,
+            settings: super::lock(&self.settings).clone(),
+            client_id: None,
+        };
+        let prepared = match self.prepare(&turn) {
+            Ok(prepared) => prepared,
+            Err(sentence) => {
+                tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {sentence}");
+                return;
+            }
+        };
+        if let Err(error) = settle_dead_runs(&prepared.built.agent, &self.backend_id).await {
+            tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {}", error.message);
+        }
+    }
+
     /// Reattaches the paused run, if the session still holds one. `replaced_by` is the turn the
     /// host handed first, which takes the run's place; without it the run's turn is said again.
     pub(super) fn reopen(self: &Arc<Self>, state: &mut State, replaced_by: Option<&TurnRequest>) {
@@ -195,15 +247,24 @@ impl Core {
                     &prepared.edits,
                 );
             }
-            (Some(body), Some(replacing)) => {
-                let (request_id, what) = match body {
-                    EventBody::ApprovalRequested {
-                        request_id, name, ..
-                    } => (request_id.clone(), format!("The approval of \"{name}\"")),
-                    EventBody::InputRequested { request_id, .. } => {
-                        (request_id.clone(), "The question".to_owned())
-                    }
-                    _ => (String::new(), "The request".to_owned()),
+            (pending, Some(replacing)) => {
+                let unannounced = || {
+                    (
+                        paused.request_id.clone().unwrap_or_default(),
+                        "The request".to_owned(),
+                    )
+                };
+                let (request_id, what) = match pending {
+                    None => unannounced(),
+                    Some(body) => match body {
+                        EventBody::ApprovalRequested {
+                            request_id, name, ..
+                        } => (request_id.clone(), format!("The approval of \"{name}\"")),
+                        EventBody::InputRequested { request_id, .. } => {
+                            (request_id.clone(), "The question".to_owned())
+                        }
+                        _ => unannounced(),
+                    },
                 };
                 // Said on the new turn, so the person knows what became of the request.
                 self.ctx.emit(act::notice(
@@ -216,16 +277,33 @@ impl Core {
                 // `resume()` takes the answer before it has finished reading the run.
                 let handle = handle.clone();
                 tokio::spawn(async move {
+                    let mut events = Box::pin(handle.events());
                     let deny = Command::Deny {
-                        request_id,
+                        request_id: request_id.clone(),
                         reason: Some(REPLACED.to_owned()),
                     };
                     if let Err(error) = handle.submit(deny).await {
                         tracing::warn!("the replaced run's request stays open: {}", error.message);
                     }
+                    // The run may go on to answer, but not to ask again: unseen, its next
+                    // approval or question would wait on nobody while the newer turn waits
+                    // behind it. It is cancelled at such an ask.
+                    while let Some(event) = events.next().await {
+                        if let EventBody::ApprovalRequested {
+                            request_id: asked, ..
+                        }
+                        | EventBody::InputRequested {
+                            request_id: asked, ..
+                        } = &event.body
+                            && *asked != request_id
+                        {
+                            handle.cancel(Some(REPLACED.to_owned()));
+                            break;
+                        }
+                    }
                 });
             }
-            (None, _) => {}
+            (None, None) => {}
         }
         self.launch(
             state,

@@ -426,3 +426,51 @@ async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host()
     assert_eq!(ep.chat_bodies().len(), 2);
     check_one_completed_run(store, id).await;
 }
+
+/// The first file named `name` under `dir`.
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_recorded_but_never_announced_is_still_declined_by_a_new_turn() {
+    // A daemon killed after recording a pause (the run `awaiting`, its request stored) but before
+    // announcing it (`approval.requested`) leaves a run waiting on a request no event names; a
+    // new turn must still take its place rather than wait behind it.
+    let p = paused(
+        "unannounced",
+        "new",
+        vec![text("left alone"), text("second answer")],
+    )
+    .await;
+    let events = find_file(&p.store, "events.jsonl").expect("the run's events");
+    let logged = std::fs::read_to_string(&events).unwrap();
+    let kept: String = logged
+        .lines()
+        .take_while(|line| !line.contains("\"approval.requested\""))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert!(kept.len() < logged.len(), "no announcement to remove");
+    std::fs::write(&events, kept).unwrap();
+
+    let (_th, mut w) = p.second_host().await;
+    w.send("t2", "something else").await;
+    assert!(matches!(
+        w.end("t2").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    let bodies = p.ep.chat_bodies();
+    assert!(request_text(&bodies[1]).contains(REPLACED));
+    let runs = runs_of(&p.store).list_runs(&p.id, None).await.unwrap();
+    assert!(runs.iter().all(|r| r.status.is_terminal()), "{runs:?}");
+}

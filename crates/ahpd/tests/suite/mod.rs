@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod crash;
 mod daemon;
 mod plugins;
 mod process;

@@ -56,7 +56,8 @@ impl Runner {
             }));
         }
         self.tally.steps += 1;
-        let mut history = self.store.list_messages(self.session_id(), None).await?;
+        // Only what the request can hold is read: the newest summary and what it left uncovered.
+        let mut history = self.store.list_context_messages(self.session_id()).await?;
 
         if self.kind == RunKind::Compact {
             let Some(summary) = self.summarize(&history).await? else {
@@ -71,7 +72,7 @@ impl Runner {
             if estimate_messages(&context_of(&history), &*estimate) > point
                 && self.summarize(&history).await?.is_some()
             {
-                history = self.store.list_messages(self.session_id(), None).await?;
+                history = self.store.list_context_messages(self.session_id()).await?;
             }
         }
 

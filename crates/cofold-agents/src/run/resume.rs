@@ -50,18 +50,39 @@ impl Runner {
         };
 
         // Replay what is stored after `after_seq`; live events continue the numbering.
+        // Only the tail is read: the events to replay, and the numbering from the log's end.
         let after = opts.after_seq.unwrap_or(0);
-        let all = match self.store.list_events(&run, None).await {
+        let replay = match self.store.list_events(&run, Some(after)).await {
             Ok(events) => events,
             Err(error) => return Exit::Settle(Runner::record_outcome(&record, failed(error))),
         };
-        self.next_seq = all.last().map_or(1, |e| e.seq + 1);
-        for event in all.iter().filter(|e| e.seq > after) {
+        let last = match replay.last() {
+            Some(event) => event.seq,
+            None => match self.store.last_event_seq(&run).await {
+                Ok(seq) => seq,
+                Err(error) => {
+                    return Exit::Settle(Runner::record_outcome(&record, failed(error)));
+                }
+            },
+        };
+        self.next_seq = last + 1;
+        for event in &replay {
             self.side.shared.publish(event.clone());
         }
 
         if record.status.is_terminal() {
-            let outcome = stored_outcome(&all).unwrap_or_else(|| {
+            // The outcome is among the last events; a caller that replays from after it gets
+            // it from the whole log.
+            let mut outcome = stored_outcome(&replay);
+            if outcome.is_none() && after > 0 {
+                outcome = self
+                    .store
+                    .list_events(&run, None)
+                    .await
+                    .ok()
+                    .and_then(|all| stored_outcome(&all));
+            }
+            let outcome = outcome.unwrap_or_else(|| {
                 let error = AgentError::new(ErrorCode::Interrupted, "the run left no outcome");
                 Runner::record_outcome(
                     &record,
@@ -168,7 +189,7 @@ impl Runner {
                 format!("request {request_id} was resolved but the run did not go on"),
             )));
         }
-        let history = self.store.list_messages(self.session_id(), None).await?;
+        let history = self.store.list_context_messages(self.session_id()).await?;
         let unanswered = unanswered_calls(&history);
         let Some(first) = unanswered
             .first()

@@ -157,6 +157,19 @@ impl Store for RunStore {
             .await
     }
 
+    async fn dead_writer(&self, session_id: &str) -> Result<Option<String>, AgentError> {
+        self.call("dead_writer", self.inner.dead_writer(session_id))
+            .await
+    }
+
+    async fn list_context_messages(&self, session_id: &str) -> Result<Vec<Message>, AgentError> {
+        self.call(
+            "list_context_messages",
+            self.inner.list_context_messages(session_id),
+        )
+        .await
+    }
+
     async fn create_run(&self, record: RunRecord) -> Result<(), AgentError> {
         self.call("create_run", self.inner.create_run(record)).await
     }
@@ -180,6 +193,11 @@ impl Store for RunStore {
 
     async fn append_event(&self, event: &Event) -> Result<(), AgentError> {
         self.call("append_event", self.inner.append_event(event))
+            .await
+    }
+
+    async fn last_event_seq(&self, run: &RunRef) -> Result<u64, AgentError> {
+        self.call("last_event_seq", self.inner.last_event_seq(run))
             .await
     }
 

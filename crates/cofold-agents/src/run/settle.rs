@@ -115,7 +115,8 @@ impl Runner {
                 .await?;
         }
 
-        let history = self.store.list_messages(self.session_id(), None).await?;
+        // The open batch is never covered by a summary, so the context view holds it.
+        let history = self.store.list_context_messages(self.session_id()).await?;
         let Some(at) = history
             .iter()
             .rposition(|m| m.role == Role::Assistant && !tool_calls_of(m).is_empty())
@@ -207,11 +208,19 @@ pub async fn settle_dead_runs(
     session_id: &str,
 ) -> Result<Option<RunOutcome>, AgentError> {
     let store = agent.store();
-    let Some(session) = store.get_session(session_id).await? else {
-        return Ok(None);
-    };
-    let Some(holder) = session.active_writer_run_id else {
-        return Ok(None);
+    // A store that can tell its holders' processes apart names a dead one; otherwise the holder
+    // is the session's, and whether it is alive is left to the hold and the claim below.
+    let holder = match store.dead_writer(session_id).await? {
+        Some(dead) => dead,
+        None => {
+            let Some(session) = store.get_session(session_id).await? else {
+                return Ok(None);
+            };
+            let Some(holder) = session.active_writer_run_id else {
+                return Ok(None);
+            };
+            holder
+        }
     };
     let run = RunRef::new(session_id, holder.clone());
     match store.get_run(&run).await? {

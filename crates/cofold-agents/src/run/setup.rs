@@ -65,12 +65,19 @@ impl Runner {
         self.workspace = session.workspace;
 
         // 3. A caller-chosen message id must be new to the session.
+        // A fresh id is new by construction; only a chosen one needs the transcript read.
+        let chosen = message_id.is_some();
         let message_id = message_id.unwrap_or_else(new_id);
-        let history = self
-            .store
-            .list_messages(self.session_id(), None)
-            .await
-            .map_err(|error| Exit::Settle(failed_outcome(AgentError::internal(error.message))))?;
+        let history = if chosen {
+            self.store
+                .list_messages(self.session_id(), None)
+                .await
+                .map_err(|error| {
+                    Exit::Settle(failed_outcome(AgentError::internal(error.message)))
+                })?
+        } else {
+            Vec::new()
+        };
         if history.iter().any(|m| m.id == message_id) {
             return Err(Exit::Settle(failed_outcome(AgentError::already_exists(
                 format!(
@@ -81,7 +88,37 @@ impl Runner {
         }
         self.input_message_id = message_id.clone();
 
-        // 4. The run record.
+        // 4. The writer claim, before the run record: a `running` record then always has had a
+        // claim naming its process, so one left by a killed process is found dead and settled;
+        // a claim left without its record is taken by the next run. A claim left by a run whose
+        // process is gone is settled first, so a person never waits on a dead run (a store that
+        // judges holders would otherwise hand the claim straight over, leaving that run
+        // `running` with its calls unanswered); a live holder keeps its claim.
+        let settle_on = |error: AgentError| Exit::Settle(failed_outcome(error));
+        if self
+            .store
+            .dead_writer(self.session_id())
+            .await
+            .map_err(settle_on)?
+            .is_some()
+        {
+            self.settle_holder().await;
+        }
+        let mut claimed = self
+            .store
+            .claim_writer(self.session_id(), self.run_id())
+            .await
+            .map_err(settle_on)?;
+        if !claimed {
+            self.settle_holder().await;
+            claimed = self
+                .store
+                .claim_writer(self.session_id(), self.run_id())
+                .await
+                .map_err(settle_on)?;
+        }
+
+        // 5. The run record, also for a run refused the claim, so that it is found failed.
         let now = Timestamp::now();
         let record = RunRecord {
             run_id: self.run_id().to_owned(),
@@ -99,31 +136,18 @@ impl Runner {
             input_message_id: Some(message_id.clone()),
             last_message_id: None,
         };
-        self.store
-            .create_run(record)
-            .await
-            .map_err(|e| Exit::Settle(failed_outcome(e)))?;
-        self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
-
-        // 5. The writer claim. A claim left by a run whose process is gone is settled first,
-        // so a person never waits on a dead run; a live holder keeps its claim.
-        let mut claimed = self
-            .store
-            .claim_writer(self.session_id(), self.run_id())
-            .await?;
-        if !claimed {
-            if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
-                self.agent.warn(&format!(
-                    "could not settle the run holding session {}: {}",
-                    self.session_id(),
-                    error.message
-                ));
+        if let Err(error) = self.store.create_run(record).await {
+            // A run id already taken (never so for a fresh one) is another run's, and so may be
+            // its claim.
+            if claimed && error.code != ErrorCode::AlreadyExists {
+                let _ = self
+                    .store
+                    .release_writer(self.session_id(), self.run_id())
+                    .await;
             }
-            claimed = self
-                .store
-                .claim_writer(self.session_id(), self.run_id())
-                .await?;
+            return Err(settle_on(error));
         }
+        self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
         if !claimed {
             return Err(Exit::Error(AgentError::new(
                 ErrorCode::WriterBusy,
@@ -154,6 +178,18 @@ impl Runner {
         // 8. The heartbeat; the loop follows.
         self.start_heartbeat();
         Ok(())
+    }
+
+    /// Settles the run holding the session's claim when its holder is gone; a failure is only
+    /// warned about, as the claim that follows says whether the way is clear.
+    async fn settle_holder(&self) {
+        if let Err(error) = super::settle_dead_runs(&self.agent, self.session_id()).await {
+            self.agent.warn(&format!(
+                "could not settle the run holding session {}: {}",
+                self.session_id(),
+                error.message
+            ));
+        }
     }
 
     async fn session_or_create(

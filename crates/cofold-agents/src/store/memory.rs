@@ -433,6 +433,11 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn last_event_seq(&self, run: &RunRef) -> Result<u64, AgentError> {
+        let state = self.lock();
+        Ok(state.run(run)?.events.last().map_or(0, |event| event.seq))
+    }
+
     async fn append_step(&self, step: &StepRecord) -> Result<(), AgentError> {
         let mut state = self.lock();
         state.run_mut(&step.run_ref())?.steps.push(step.clone());

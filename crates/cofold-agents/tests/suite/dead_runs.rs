@@ -135,6 +135,31 @@ async fn a_dead_claim_is_settled_at_once_and_the_next_turn_runs() {
 }
 
 #[tokio::test]
+async fn a_store_that_hands_a_dead_claim_over_still_gets_the_dead_run_settled() {
+    // The file store gives a killed process's claim to the next claimant at once; the run that
+    // held it must not be left `running` with its calls unanswered.
+    let memory = memory();
+    killed_during_a_call(&memory).await;
+    let store = FaultStore::over(memory.clone());
+    store.declare_dead("dead");
+    let model = FakeModel::new(vec![FakeStep::text("fine")]);
+    let agent = echo_agent(&model, store.clone());
+    let next = run(&agent, RunOptions::new("s", "next"));
+    assert_eq!(next.outcome().await.status(), RunStatus::Completed);
+    let record = memory
+        .get_run(&RunRef::new("s", "dead"))
+        .await
+        .expect("get")
+        .expect("record");
+    assert_eq!(record.status, RunStatus::Failed);
+    let messages = memory.list_messages("s", None).await.expect("messages");
+    assert_eq!(result_of(&messages[2]).0, OUTCOME_UNKNOWN_TEXT);
+    assert_eq!(result_of(&messages[3]).0, NOT_RUN_TEXT);
+    assert_eq!(text(&messages[4]), "next");
+    assert!(is_well_paired(&messages));
+}
+
+#[tokio::test]
 async fn settling_a_session_on_open_answers_the_dead_run_once() {
     let store = memory();
     killed_during_a_call(&store).await;

@@ -187,6 +187,9 @@ pub struct FaultStore {
     pub stalled: Mutex<Option<String>>,
     /// Notified when a call reaches the stall.
     pub stalled_at: tokio::sync::Notify,
+    /// A claim holder this store judges dead, as the file store judges a killed process: named
+    /// by `dead_writer` while it holds the claim, and its claim handed to the next claimant.
+    pub dead: Mutex<Option<String>>,
 }
 
 impl FaultStore {
@@ -197,7 +200,24 @@ impl FaultStore {
             calls: Mutex::new(Vec::new()),
             stalled: Mutex::new(None),
             stalled_at: tokio::sync::Notify::new(),
+            dead: Mutex::new(None),
         })
+    }
+
+    /// Judges the run `run_id` dead from now on (see [`FaultStore::dead`]).
+    pub fn declare_dead(&self, run_id: &str) {
+        *self.dead.lock().expect("dead") = Some(run_id.to_owned());
+    }
+
+    /// The dead holder, when it holds the session's claim.
+    async fn dead_holder(&self, session: &str) -> Result<Option<String>, AgentError> {
+        let dead = self.dead.lock().expect("dead").clone();
+        let holder = self
+            .inner
+            .get_session(session)
+            .await?
+            .and_then(|s| s.active_writer_run_id);
+        Ok(dead.filter(|d| holder.as_ref() == Some(d)))
     }
 
     pub fn set_fault(
@@ -295,7 +315,14 @@ impl Store for FaultStore {
     }
     async fn claim_writer(&self, session: &str, run: &str) -> Result<bool, AgentError> {
         self.check("claim_writer", None).await?;
+        if let Some(dead) = self.dead_holder(session).await? {
+            self.inner.release_writer(session, &dead).await?;
+        }
         self.inner.claim_writer(session, run).await
+    }
+    async fn dead_writer(&self, session: &str) -> Result<Option<String>, AgentError> {
+        self.check("dead_writer", None).await?;
+        self.dead_holder(session).await
     }
     async fn release_writer(&self, session: &str, run: &str) -> Result<(), AgentError> {
         self.check("release_writer", None).await?;
