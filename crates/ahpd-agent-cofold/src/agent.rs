@@ -521,6 +521,7 @@ impl Agent for CofoldAgent {
                     Some(&reference),
                     Some(base),
                     &core.copapo,
+                    &[],
                 )
                 .ok()
                 .filter(|c| c.provider.is_none() && c.base_url == base)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cofold_agents::model::{ListOptions, ModelInfo, ModelProvider};
 use cofold_agents::provider::ProviderConfig;
-use cofold_config::{AppConfig, LoadOptions, Mode, load_copapo};
+use cofold_config::{AppConfig, LoadOptions, Mode, UnknownProvider, load_copapo};
 use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions, ProviderSettings};
 
 use crate::options::Environment;
@@ -146,11 +146,14 @@ impl std::fmt::Debug for Connection {
 }
 
 /// Resolves a reference to an endpoint (engine.md §3.4), or the failure sentence of §3.8.
+/// `listed` holds the model ids of the providers whose catalogues were read, so a reference
+/// naming no configured provider can be told which provider lists it.
 pub fn resolve_connection(
     agent_id: &str,
     reference: Option<&str>,
     explicit_base: Option<&str>,
     copapo: &Copapo,
+    listed: &[(&str, &[String])],
 ) -> Result<Connection, String> {
     let no_model = || {
         format!(
@@ -179,16 +182,17 @@ pub fn resolve_connection(
         if let Some(base) = explicit_base {
             return Ok(on(base, reference, None));
         }
-        let ids: Vec<&str> = copapo.providers.iter().map(|p| p.id.as_str()).collect();
-        let listed = if ids.is_empty() {
-            "none".to_owned()
-        } else {
-            ids.join(", ")
-        };
-        return Err(format!(
-            "{agent_id}: model \"{reference}\" names provider \"{p}\", and {} configures {listed}",
-            copapo.path.display()
-        ));
+        let configured: Vec<&str> = copapo.providers.iter().map(|p| p.id.as_str()).collect();
+        let file = copapo.path.display().to_string();
+        let sentence = UnknownProvider {
+            reference,
+            provider: p,
+            file: &file,
+            configured: &configured,
+            listed,
+        }
+        .sentence();
+        return Err(format!("{agent_id}: {sentence}"));
     }
     if let Some(base) = explicit_base {
         return Ok(on(base, reference, None));
@@ -400,31 +404,58 @@ mod tests {
     #[test]
     fn connection_cases_follow_the_table() {
         let c = copapo(&[("open_router", "https://or/v1")]);
-        let r = resolve_connection("cofold", Some("cofold/qwen/qwen3-8b"), Some("http://b"), &c);
+        let r = resolve_connection(
+            "cofold",
+            Some("cofold/qwen/qwen3-8b"),
+            Some("http://b"),
+            &c,
+            &[],
+        );
         assert_eq!(
             r.map(|c| (c.base_url, c.model_id)),
             Ok(("http://b".into(), "qwen/qwen3-8b".into()))
         );
-        let r = resolve_connection("cofold", Some("open_router/x"), Some("http://b"), &c);
+        let r = resolve_connection("cofold", Some("open_router/x"), Some("http://b"), &c, &[]);
         assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
         let r = resolve_connection(
             "cofold",
             Some("deepseek/deepseek-chat"),
             Some("http://b"),
             &c,
+            &[],
         );
         assert_eq!(r.map(|c| c.model_id), Ok("deepseek/deepseek-chat".into()));
-        let r = resolve_connection("cofold", Some("absent/model"), None, &c);
+        let r = resolve_connection("cofold", Some("absent/model"), None, &c, &[]);
+        assert_eq!(
+            r,
+            Err(
+                "cofold: model \"absent/model\" names provider \"absent\", and \
+                 /home/u/.config/copapo/config.json configures open_router; if \
+                 \"absent/model\" is a model id of provider \"open_router\", write \
+                 \"open_router/absent/model\""
+                    .into()
+            )
+        );
+        let ids = vec!["absent/model".to_owned()];
+        let c2 = copapo(&[("open_router", "https://or/v1"), ("local", "http://l/v1")]);
+        let r = resolve_connection(
+            "cofold",
+            Some("absent/model"),
+            None,
+            &c2,
+            &[("local", &ids)],
+        );
         assert!(
-            r.as_ref()
-                .is_err_and(|e| e.ends_with("configures open_router")),
+            r.as_ref().is_err_and(|e| e.ends_with(
+                "provider \"local\" lists \"absent/model\", so write \"local/absent/model\""
+            )),
             "{r:?}"
         );
-        let r = resolve_connection("cofold", None, None, &c);
+        let r = resolve_connection("cofold", None, None, &c, &[]);
         assert!(r.is_err_and(|e| e.contains("no model is configured")));
-        let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]));
+        let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]), &[]);
         assert!(r.is_err_and(|e| e.contains("no model is configured")));
-        let r = resolve_connection("cofold", Some("m"), None, &c);
+        let r = resolve_connection("cofold", Some("m"), None, &c, &[]);
         assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
     }
 
