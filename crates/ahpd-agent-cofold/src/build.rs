@@ -237,91 +237,91 @@ impl AgentCore {
             ..ModelParams::default()
         };
         let mut images = false;
-        let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) = match &self
-            .embedder
-            .adapter
-        {
-            Some(adapter) => (
-                adapter.clone(),
-                turn.reference
-                    .clone()
-                    .unwrap_or_else(|| adapter.model_id().to_owned()),
-                DEFAULT_WINDOW,
-            ),
-            None => {
-                let lists = self.listed(copapo);
-                let listed: Vec<(&str, &[String])> = lists
-                    .iter()
-                    .map(|(id, models)| (id.as_str(), models.as_slice()))
-                    .collect();
-                let connection = resolve_connection(
-                    &self.id,
-                    turn.reference.as_deref(),
-                    turn.base_url.as_deref(),
-                    copapo,
-                    &listed,
-                )?;
-                let agent_endpoint = self.agent_endpoint(copapo);
-                let key = self.key_for(
-                    &connection.base_url,
-                    agent_endpoint.as_deref(),
-                    credential,
-                    copapo,
-                );
-                let headers = connection
-                    .provider
-                    .as_ref()
-                    .and_then(|p| p.headers.clone())
-                    .unwrap_or_default();
-                let settings = copapo.settings_of(connection.provider.as_ref());
-                let provider =
-                    self.shared
-                        .provider(&connection.base_url, &key, headers.clone(), &settings)?;
-                let cached = self.shared.cached(&connection.base_url, &key);
-                if cached.is_none() {
-                    // The turn never waits for the catalogue; the next probe and turn find it.
-                    let shared = self.shared.clone();
-                    let (base, key, headers) =
-                        (connection.base_url.clone(), key.clone(), headers.clone());
-                    let settings = settings.clone();
-                    let timeout =
-                        std::time::Duration::from_millis(self.options.catalogue_timeout_ms);
-                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                        runtime.spawn(async move {
-                            shared.list(&base, &key, headers, &settings, timeout).await;
-                        });
+        let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) =
+            match &self.embedder.adapter {
+                Some(adapter) => (
+                    adapter.clone(),
+                    turn.reference
+                        .clone()
+                        .unwrap_or_else(|| adapter.model_id().to_owned()),
+                    DEFAULT_WINDOW,
+                ),
+                None => {
+                    let lists = self.listed(copapo);
+                    let listed: Vec<(&str, &[String])> = lists
+                        .iter()
+                        .map(|(p, m)| (p.as_str(), m.as_slice()))
+                        .collect();
+                    let connection = resolve_connection(
+                        &self.id,
+                        turn.reference.as_deref(),
+                        turn.base_url.as_deref(),
+                        copapo,
+                        &listed,
+                    )?;
+                    let agent_endpoint = self.agent_endpoint(copapo);
+                    let key = self.key_for(
+                        &connection.base_url,
+                        agent_endpoint.as_deref(),
+                        credential,
+                        copapo,
+                    );
+                    let headers = connection
+                        .provider
+                        .as_ref()
+                        .and_then(|p| p.headers.clone())
+                        .unwrap_or_default();
+                    let settings = copapo.settings_of(connection.provider.as_ref());
+                    let url = &connection.base_url;
+                    let provider = self
+                        .shared
+                        .provider(url, &key, headers.clone(), &settings)?;
+                    let cached = self.shared.cached(&connection.base_url, &key);
+                    if cached.is_none() {
+                        // The turn never waits for the catalogue; the next probe and turn find it.
+                        let shared = self.shared.clone();
+                        let (base, key, headers) =
+                            (connection.base_url.clone(), key.clone(), headers.clone());
+                        let settings = settings.clone();
+                        let timeout =
+                            std::time::Duration::from_millis(self.options.catalogue_timeout_ms);
+                        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                            runtime.spawn(async move {
+                                shared.list(&base, &key, headers, &settings, timeout).await;
+                            });
+                        }
                     }
+                    let info = cached.and_then(|list| {
+                        list.iter().find(|m| m.id == connection.model_id).cloned()
+                    });
+                    images = info.as_ref().is_some_and(|i| i.features.images);
+                    let window = info
+                        .as_ref()
+                        .and_then(|i| i.context_tokens)
+                        .filter(|w| *w > 0)
+                        .unwrap_or(DEFAULT_WINDOW);
+                    // Only image support is taken from the catalogue: an explicit feature set
+                    // replaces the adapter's defaults, so the rest keeps them.
+                    let features = images.then_some(cofold_agents::model::ModelFeatures {
+                        tools: true,
+                        streaming: true,
+                        images: true,
+                        structured_output: false,
+                        reasoning: effort.is_some(),
+                    });
+                    let spec = ModelSpec {
+                        id: connection.model_id.clone(),
+                        features,
+                        params: Some(params.clone()),
+                        pricing: info.and_then(|i| i.pricing),
+                    };
+                    (
+                        Arc::new(provider.adapter(spec)),
+                        turn.reference.clone().unwrap_or_default(),
+                        window,
+                    )
                 }
-                let info = cached
-                    .and_then(|list| list.iter().find(|m| m.id == connection.model_id).cloned());
-                images = info.as_ref().is_some_and(|i| i.features.images);
-                let window = info
-                    .as_ref()
-                    .and_then(|i| i.context_tokens)
-                    .filter(|w| *w > 0)
-                    .unwrap_or(DEFAULT_WINDOW);
-                // Only image support is taken from the catalogue: an explicit feature set
-                // replaces the adapter's defaults, so the rest keeps them.
-                let features = images.then_some(cofold_agents::model::ModelFeatures {
-                    tools: true,
-                    streaming: true,
-                    images: true,
-                    structured_output: false,
-                    reasoning: effort.is_some(),
-                });
-                let spec = ModelSpec {
-                    id: connection.model_id.clone(),
-                    features,
-                    params: Some(params.clone()),
-                    pricing: info.and_then(|i| i.pricing),
-                };
-                (
-                    Arc::new(provider.adapter(spec)),
-                    turn.reference.clone().unwrap_or_default(),
-                    window,
-                )
-            }
-        };
+            };
         let point = auto_compact_point(
             window,
             self.options.auto_compact_tokens,
