@@ -66,7 +66,12 @@ fn fake(turns: usize) -> FakeModel {
 
 fn http_adapter(ep: &Endpoint) -> Arc<dyn ModelAdapter> {
     let provider = Shared::default()
-        .provider(&ep.base_url(), &KeySource::None, Vec::new())
+        .provider(
+            &ep.base_url(),
+            &KeySource::None,
+            Vec::new(),
+            &cofold_openai::ProviderSettings::default(),
+        )
         .unwrap();
     Arc::new(provider.adapter(ModelSpec {
         id: "m".into(),

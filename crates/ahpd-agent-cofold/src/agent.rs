@@ -33,8 +33,14 @@ const MODES: [&str; 6] = [
 ];
 const LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
 
-/// One endpoint the probe lists: prefix, base URL, key and headers.
-type Listed = (String, String, KeySource, Vec<(String, String)>);
+/// One endpoint the probe lists: prefix, base URL, key, headers and transport settings.
+type Listed = (
+    String,
+    String,
+    KeySource,
+    Vec<(String, String)>,
+    cofold_openai::ProviderSettings,
+);
 
 /// The cofold engine's agent for one record.
 pub struct CofoldAgent {
@@ -448,7 +454,13 @@ impl Agent for CofoldAgent {
                     .map(KeySource::Fixed)
                     .or_else(|| core.embedder.api_key.clone().map(KeySource::Dynamic))
                     .unwrap_or(KeySource::None);
-                endpoints.push((core.id.clone(), base.clone(), key, Vec::new()));
+                endpoints.push((
+                    core.id.clone(),
+                    base.clone(),
+                    key,
+                    Vec::new(),
+                    cofold_openai::ProviderSettings::default(),
+                ));
             }
             for p in &core.copapo.providers {
                 let key = p
@@ -462,14 +474,17 @@ impl Agent for CofoldAgent {
                     p.base_url.clone(),
                     key,
                     p.headers.clone().unwrap_or_default(),
+                    core.copapo.settings_of(Some(p)),
                 ));
             }
-            let lists =
-                futures::future::join_all(endpoints.iter().map(|(_, base, key, headers)| {
-                    core.shared.list(base, key, headers.clone(), timeout)
-                }))
-                .await;
-            for ((prefix, _, _, _), list) in endpoints.iter().zip(lists) {
+            let lists = futures::future::join_all(endpoints.iter().map(
+                |(_, base, key, headers, settings)| {
+                    core.shared
+                        .list(base, key, headers.clone(), settings, timeout)
+                },
+            ))
+            .await;
+            for ((prefix, _, _, _, _), list) in endpoints.iter().zip(lists) {
                 for info in list.iter().filter(|m| !m.id.trim().is_empty()) {
                     let declared = (prefix == &core.id)
                         .then(|| core.options.models.get(&info.id))
@@ -510,6 +525,7 @@ impl Agent for CofoldAgent {
                     Some(&reference),
                     Some(base),
                     &core.copapo,
+                    &[],
                 )
                 .ok()
                 .filter(|c| c.provider.is_none() && c.base_url == base)

@@ -180,9 +180,28 @@ impl AgentCore {
             return Some(base.clone());
         }
         let reference = self.options.model.clone().or_else(|| copapo.model.clone());
-        resolve_connection(&self.id, reference.as_deref(), None, copapo)
+        resolve_connection(&self.id, reference.as_deref(), None, copapo, &[])
             .ok()
             .map(|c| c.base_url)
+    }
+
+    /// The model ids of each copapo provider whose catalogue was read (as the probe reads it:
+    /// with the entry's own key), for the sentence of a reference that names no provider.
+    fn listed(&self, copapo: &Copapo) -> Vec<(String, Vec<String>)> {
+        copapo
+            .providers
+            .iter()
+            .filter_map(|p| {
+                let key = p
+                    .api_key
+                    .clone()
+                    .filter(|k| !k.is_empty())
+                    .map(KeySource::Fixed)
+                    .unwrap_or(KeySource::None);
+                let list = self.shared.cached(&p.base_url, &key)?;
+                Some((p.id.clone(), list.iter().map(|m| m.id.clone()).collect()))
+            })
+            .collect()
     }
 
     /// Builds the cofold agent of one turn, or the sentence the turn fails with.
@@ -228,11 +247,17 @@ impl AgentCore {
                     DEFAULT_WINDOW,
                 ),
                 None => {
+                    let lists = self.listed(copapo);
+                    let listed: Vec<(&str, &[String])> = lists
+                        .iter()
+                        .map(|(p, m)| (p.as_str(), m.as_slice()))
+                        .collect();
                     let connection = resolve_connection(
                         &self.id,
                         turn.reference.as_deref(),
                         turn.base_url.as_deref(),
                         copapo,
+                        &listed,
                     )?;
                     let agent_endpoint = self.agent_endpoint(copapo);
                     let key = self.key_for(
@@ -246,20 +271,23 @@ impl AgentCore {
                         .as_ref()
                         .and_then(|p| p.headers.clone())
                         .unwrap_or_default();
-                    let provider =
-                        self.shared
-                            .provider(&connection.base_url, &key, headers.clone())?;
+                    let settings = copapo.settings_of(connection.provider.as_ref());
+                    let url = &connection.base_url;
+                    let provider = self
+                        .shared
+                        .provider(url, &key, headers.clone(), &settings)?;
                     let cached = self.shared.cached(&connection.base_url, &key);
                     if cached.is_none() {
                         // The turn never waits for the catalogue; the next probe and turn find it.
                         let shared = self.shared.clone();
                         let (base, key, headers) =
                             (connection.base_url.clone(), key.clone(), headers.clone());
+                        let settings = settings.clone();
                         let timeout =
                             std::time::Duration::from_millis(self.options.catalogue_timeout_ms);
                         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                             runtime.spawn(async move {
-                                shared.list(&base, &key, headers, timeout).await;
+                                shared.list(&base, &key, headers, &settings, timeout).await;
                             });
                         }
                     }

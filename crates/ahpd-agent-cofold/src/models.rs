@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use cofold_agents::model::{ListOptions, ModelInfo, ModelProvider};
 use cofold_agents::provider::ProviderConfig;
-use cofold_config::{AppConfig, LoadOptions, Mode, load_copapo};
-use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions};
+use cofold_config::{AppConfig, LoadOptions, Mode, UnknownProvider, load_copapo};
+use cofold_openai::{ApiKey, OpenAiProvider, ProviderOptions, ProviderSettings};
 
 use crate::options::Environment;
 
@@ -21,6 +21,8 @@ pub const DEFAULT_WINDOW: u64 = 32_000;
 pub struct Copapo {
     /// Providers in the configured order.
     pub providers: Vec<ProviderConfig>,
+    /// Each provider's transport settings (limits, retries, network, dialect) by provider id.
+    pub settings: HashMap<String, ProviderSettings>,
     /// The configured model reference.
     pub model: Option<String>,
     /// The configured instructions.
@@ -96,10 +98,22 @@ pub fn read_copapo(env: &Environment, dir: Option<&Path>) -> Copapo {
 fn from_app(config: AppConfig, path: PathBuf) -> Copapo {
     Copapo {
         providers: config.providers,
+        settings: config.provider_settings,
         model: config.model.filter(|m| !m.trim().is_empty()),
         instructions: config.instructions.filter(|i| !i.trim().is_empty()),
         path,
         error: None,
+    }
+}
+
+impl Copapo {
+    /// The transport settings of the provider a connection came from; every default for an
+    /// endpoint no provider entry names.
+    pub fn settings_of(&self, provider: Option<&ProviderConfig>) -> ProviderSettings {
+        provider
+            .and_then(|p| self.settings.get(&p.id))
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -132,11 +146,14 @@ impl std::fmt::Debug for Connection {
 }
 
 /// Resolves a reference to an endpoint, or the sentence that says why it cannot be.
+/// `listed` holds the model ids of the providers whose catalogues were read, so a reference
+/// naming no configured provider can be told which provider lists it.
 pub fn resolve_connection(
     agent_id: &str,
     reference: Option<&str>,
     explicit_base: Option<&str>,
     copapo: &Copapo,
+    listed: &[(&str, &[String])],
 ) -> Result<Connection, String> {
     let no_model = || {
         format!(
@@ -165,16 +182,17 @@ pub fn resolve_connection(
         if let Some(base) = explicit_base {
             return Ok(on(base, reference, None));
         }
-        let ids: Vec<&str> = copapo.providers.iter().map(|p| p.id.as_str()).collect();
-        let listed = if ids.is_empty() {
-            "none".to_owned()
-        } else {
-            ids.join(", ")
-        };
-        return Err(format!(
-            "{agent_id}: model \"{reference}\" names provider \"{p}\", and {} configures {listed}",
-            copapo.path.display()
-        ));
+        let configured: Vec<&str> = copapo.providers.iter().map(|p| p.id.as_str()).collect();
+        let file = copapo.path.display().to_string();
+        let sentence = UnknownProvider {
+            reference,
+            provider: p,
+            file: &file,
+            configured: &configured,
+            listed,
+        }
+        .sentence();
+        return Err(format!("{agent_id}: {sentence}"));
     }
     if let Some(base) = explicit_base {
         return Ok(on(base, reference, None));
@@ -241,25 +259,38 @@ impl KeySource {
     }
 }
 
-/// (endpoint, key tag): what one transport and one catalogue answer are kept under.
+/// (endpoint, key tag): what one catalogue answer is kept under.
 type EndpointKey = (String, String);
+
+/// (endpoint, key tag, settings): what one transport is kept under. The settings are part of it
+/// so two provider entries on one endpoint with different limits, proxies or quirks each get
+/// their own transport.
+type TransportKey = (String, String, String);
 
 /// Transports and catalogue answers shared by every agent and session of the process.
 #[derive(Default)]
 pub struct Shared {
-    providers: Mutex<HashMap<EndpointKey, Arc<OpenAiProvider>>>,
+    providers: Mutex<HashMap<TransportKey, Arc<OpenAiProvider>>>,
     catalogue: Mutex<HashMap<EndpointKey, Arc<Vec<ModelInfo>>>>,
 }
 
 impl Shared {
-    /// One provider per (endpoint, key), built once.
+    /// One provider per (endpoint, key, settings), built once, sending with the settings'
+    /// limits, retries, network and dialect.
     pub fn provider(
         &self,
         base_url: &str,
         key: &KeySource,
         headers: Vec<(String, String)>,
+        settings: &ProviderSettings,
     ) -> Result<Arc<OpenAiProvider>, String> {
-        let id = (base_url.to_owned(), key.cache_key());
+        // Like the key tag, the settings' form (which may hold a proxy's credentials) lives only
+        // in this map.
+        let id = (
+            base_url.to_owned(),
+            key.cache_key(),
+            format!("{settings:?}"),
+        );
         let mut map = self
             .providers
             .lock()
@@ -267,12 +298,15 @@ impl Shared {
         if let Some(p) = map.get(&id) {
             return Ok(p.clone());
         }
-        let provider = OpenAiProvider::new(ProviderOptions {
-            base_url: base_url.to_owned(),
-            api_key: key.to_api_key(),
-            headers,
-            ..ProviderOptions::default()
-        })
+        let provider = OpenAiProvider::new(
+            ProviderOptions {
+                base_url: base_url.to_owned(),
+                api_key: key.to_api_key(),
+                headers,
+                ..ProviderOptions::default()
+            }
+            .with_settings(settings),
+        )
         .map_err(|e| e.message.clone())?;
         let provider = Arc::new(provider);
         map.insert(id, provider.clone());
@@ -291,12 +325,13 @@ impl Shared {
         base_url: &str,
         key: &KeySource,
         headers: Vec<(String, String)>,
+        settings: &ProviderSettings,
         timeout: Duration,
     ) -> Arc<Vec<ModelInfo>> {
         if let Some(hit) = self.cached(base_url, key) {
             return hit;
         }
-        let Ok(provider) = self.provider(base_url, key, headers) else {
+        let Ok(provider) = self.provider(base_url, key, headers, settings) else {
             return Arc::new(Vec::new());
         };
         let options = ListOptions {
@@ -369,32 +404,82 @@ mod tests {
     #[test]
     fn connection_cases_follow_the_table() {
         let c = copapo(&[("open_router", "https://or/v1")]);
-        let r = resolve_connection("cofold", Some("cofold/qwen/qwen3-8b"), Some("http://b"), &c);
+        let r = resolve_connection(
+            "cofold",
+            Some("cofold/qwen/qwen3-8b"),
+            Some("http://b"),
+            &c,
+            &[],
+        );
         assert_eq!(
             r.map(|c| (c.base_url, c.model_id)),
             Ok(("http://b".into(), "qwen/qwen3-8b".into()))
         );
-        let r = resolve_connection("cofold", Some("open_router/x"), Some("http://b"), &c);
+        let r = resolve_connection("cofold", Some("open_router/x"), Some("http://b"), &c, &[]);
         assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
         let r = resolve_connection(
             "cofold",
             Some("deepseek/deepseek-chat"),
             Some("http://b"),
             &c,
+            &[],
         );
         assert_eq!(r.map(|c| c.model_id), Ok("deepseek/deepseek-chat".into()));
-        let r = resolve_connection("cofold", Some("absent/model"), None, &c);
+        let r = resolve_connection("cofold", Some("absent/model"), None, &c, &[]);
+        assert_eq!(
+            r,
+            Err(
+                "cofold: model \"absent/model\" names provider \"absent\", and \
+                 /home/u/.config/copapo/config.json configures open_router; if \
+                 \"absent/model\" is a model id of provider \"open_router\", write \
+                 \"open_router/absent/model\""
+                    .into()
+            )
+        );
+        let ids = vec!["absent/model".to_owned()];
+        let c2 = copapo(&[("open_router", "https://or/v1"), ("local", "http://l/v1")]);
+        let r = resolve_connection(
+            "cofold",
+            Some("absent/model"),
+            None,
+            &c2,
+            &[("local", &ids)],
+        );
         assert!(
-            r.as_ref()
-                .is_err_and(|e| e.ends_with("configures open_router")),
+            r.as_ref().is_err_and(|e| e.ends_with(
+                "provider \"local\" lists \"absent/model\", so write \"local/absent/model\""
+            )),
             "{r:?}"
         );
-        let r = resolve_connection("cofold", None, None, &c);
+        let r = resolve_connection("cofold", None, None, &c, &[]);
         assert!(r.is_err_and(|e| e.contains("no model is configured")));
-        let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]));
+        let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]), &[]);
         assert!(r.is_err_and(|e| e.contains("no model is configured")));
-        let r = resolve_connection("cofold", Some("m"), None, &c);
+        let r = resolve_connection("cofold", Some("m"), None, &c, &[]);
         assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
+    }
+
+    #[test]
+    fn transports_are_kept_per_settings() {
+        let shared = Shared::default();
+        let base = "http://127.0.0.1:9/v1";
+        let plain = ProviderSettings::default();
+        let mut picky = ProviderSettings::default();
+        picky
+            .quirks
+            .insert("streamOptions".into(), serde_json::json!(false));
+        let a = shared
+            .provider(base, &KeySource::None, Vec::new(), &plain)
+            .expect("a loopback provider builds");
+        let b = shared
+            .provider(base, &KeySource::None, Vec::new(), &picky)
+            .expect("a loopback provider builds");
+        assert!(a.dialect().stream_options);
+        assert!(!b.dialect().stream_options);
+        let again = shared
+            .provider(base, &KeySource::None, Vec::new(), &picky)
+            .expect("a loopback provider builds");
+        assert!(Arc::ptr_eq(&b, &again));
     }
 
     #[test]

@@ -131,7 +131,8 @@ fn keep_from(
 }
 
 /// The messages of a request: the newest units of `view` that fit in `max_tokens` less the
-/// instructions' estimate, with reasoning parts stripped. The newest unit is always taken; when
+/// instructions' estimate, with reasoning parts stripped from the messages before the running
+/// tool loop (see [`strip_settled_reasoning`]). The newest unit is always taken; when
 /// it alone is over the budget (one huge batch of tool results, one huge paste), its longest
 /// texts and results are cut to fit, each saying how much was left out, so that one oversized
 /// batch cannot wedge a session.
@@ -143,7 +144,7 @@ pub fn select_for_request(
 ) -> Vec<Message> {
     let budget = max_tokens.saturating_sub(estimate(instructions));
     let start = keep_from(view, budget, true, estimate);
-    let picked = strip_reasoning(&view[start..]);
+    let picked = strip_settled_reasoning(&view[start..]);
     if estimate_messages(&picked, estimate) > budget {
         cut_to_fit(&picked, budget, estimate)
     } else {
@@ -151,7 +152,23 @@ pub fn select_for_request(
     }
 }
 
-/// The messages without their reasoning parts (the store keeps them; requests never carry them).
+/// The messages with reasoning parts kept only in the running tool loop: the messages after the
+/// last one with the person's role (all of them when there is none). Some providers (DeepSeek's
+/// thinking mode, Kimi K2 thinking) refuse a tool-loop request whose assistant messages lack
+/// their reasoning, while reasoning of finished turns is dead weight to every provider. Whether
+/// the kept reasoning is actually sent is the model adapter's decision.
+pub fn strip_settled_reasoning(messages: &[Message]) -> Vec<Message> {
+    let loop_start = messages
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .map_or(0, |i| i + 1);
+    let (settled, running) = messages.split_at(loop_start);
+    let mut out = strip_reasoning(settled);
+    out.extend_from_slice(running);
+    out
+}
+
+/// The messages without their reasoning parts (the store keeps them).
 pub fn strip_reasoning(messages: &[Message]) -> Vec<Message> {
     messages
         .iter()
@@ -429,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn request_selection_keeps_newest_whole_units_and_strips_reasoning() {
+    fn request_selection_keeps_newest_whole_units() {
         let est: Estimator<'_> = &chars;
         let mut answer = text("t", Role::Assistant, "done");
         answer.parts.insert(
@@ -450,7 +467,11 @@ mod tests {
             picked.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
             ["c", "r", "t"]
         );
-        assert_eq!(picked[2].parts.len(), 1);
+        assert_eq!(
+            picked[2].parts.len(),
+            2,
+            "the running loop keeps its reasoning"
+        );
         let picked = select_for_request(&view, "", 26, est);
         assert_eq!(picked.len(), 1);
         // The instructions come out of the budget; the newest unit is kept even when over.
@@ -460,6 +481,53 @@ mod tests {
             view[3].parts.len(),
             2,
             "the stored message keeps its reasoning"
+        );
+    }
+
+    #[test]
+    fn requests_keep_reasoning_only_in_the_running_tool_loop() {
+        let est: Estimator<'_> = &chars;
+        let thinking = |mut m: Message, text: &str| {
+            m.parts.insert(0, Part::reasoning(text));
+            m
+        };
+        let view = vec![
+            text("u1", Role::User, "first"),
+            thinking(call("c1", "1"), "earlier plan"),
+            result("r1", "1"),
+            thinking(text("a1", Role::Assistant, "done"), "earlier answer"),
+            text("u2", Role::User, "second"),
+            thinking(call("c2", "2"), "current plan"),
+            result("r2", "2"),
+            thinking(call("c3", "3"), "next step"),
+        ];
+        let picked = select_for_request(&view, "", 10_000, est);
+        let reasoning: Vec<(&str, Vec<&str>)> = picked
+            .iter()
+            .map(|m| {
+                let texts = m
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Reasoning { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                (m.id.as_str(), texts)
+            })
+            .collect();
+        assert_eq!(
+            reasoning,
+            [
+                ("u1", vec![]),
+                ("c1", vec![]),
+                ("r1", vec![]),
+                ("a1", vec![]),
+                ("u2", vec![]),
+                ("c2", vec!["current plan"]),
+                ("r2", vec![]),
+                ("c3", vec!["next step"]),
+            ]
         );
     }
 

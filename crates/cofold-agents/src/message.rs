@@ -115,7 +115,9 @@ pub enum Part {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         url: Option<String>,
     },
-    /// Model reasoning: never sent back to a model and ignored by [`text_of`].
+    /// Model reasoning, ignored by [`text_of`]. Requests carry it only on the messages of the
+    /// running tool loop (after the person's last message); the model adapter decides whether a
+    /// provider is sent it.
     Reasoning {
         /// The reasoning text.
         text: String,

@@ -55,7 +55,6 @@ impl OpenAiAdapter {
             reasoning_budgets: &self.budgets,
             dialect,
             echo,
-            learned: &self.endpoint.learned,
         };
         check_features(&ctx, request)?;
         Ok(build_body(&ctx, request, stream))
@@ -114,7 +113,7 @@ impl ModelAdapter for OpenAiAdapter {
             };
             match answer {
                 Ok((reply, field)) => {
-                    self.endpoint.learn_from(&reply, field);
+                    self.endpoint.learn_from(field);
                     return Ok(reply);
                 }
                 Err(f) => tries.again(f, &url, signal).await?,

@@ -2,12 +2,7 @@
 //! per known server (picked from the base URL where that is unambiguous), individual quirks over
 //! it, and what the adapter learns from the answers themselves.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-
-/// How many tool-calling replies' reasoning is remembered per endpoint.
-const REMEMBERED: usize = 64;
 
 /// Which field of an assistant message carries reasoning, on the way in and on the way back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,10 +227,6 @@ pub(crate) struct Learned {
     reasoning_field: AtomicU8,
     /// A streamed request offering tools came back empty: ask such requests whole from now on.
     tools_refuse_streaming: AtomicBool,
-    /// The reasoning of the latest replies that called tools, by message id. The runtime leaves
-    /// reasoning out of the messages it sends, so a server that wants it back in the tool loop
-    /// gets it from here; the oldest entry goes first.
-    reasoning_of: Mutex<VecDeque<(String, String)>>,
 }
 
 impl Learned {
@@ -261,26 +252,6 @@ impl Learned {
 
     pub fn refuse_streaming_tools(&self) {
         self.tools_refuse_streaming.store(true, Ordering::Relaxed);
-    }
-
-    /// Remembers a tool-calling reply's reasoning under its message id.
-    pub fn remember_reasoning(&self, message_id: &str, reasoning: &str) {
-        let Ok(mut list) = self.reasoning_of.lock() else {
-            return;
-        };
-        if list.len() >= REMEMBERED {
-            list.pop_front();
-        }
-        list.push_back((message_id.to_owned(), reasoning.to_owned()));
-    }
-
-    /// The reasoning remembered for a message id.
-    pub fn recall_reasoning(&self, message_id: &str) -> Option<String> {
-        let list = self.reasoning_of.lock().ok()?;
-        list.iter()
-            .rev()
-            .find(|(id, _)| id == message_id)
-            .map(|(_, r)| r.clone())
     }
 }
 

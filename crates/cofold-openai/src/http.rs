@@ -175,31 +175,10 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl Endpoint {
-    /// Keeps what a whole reply tells about the server: the field its reasoning came in, and
-    /// the reasoning of a reply that called tools, for the tool loop's next requests.
-    pub fn learn_from(
-        &self,
-        reply: &cofold_agents::model::ModelReply,
-        field: Option<crate::dialect::ReasoningField>,
-    ) {
-        use cofold_agents::message::Part;
+    /// Keeps what a whole reply tells about the server: the field its reasoning came in.
+    pub fn learn_from(&self, field: Option<crate::dialect::ReasoningField>) {
         if let Some(f) = field {
             self.learned.saw_reasoning_field(f);
-        }
-        let parts = &reply.message.parts;
-        if !parts.iter().any(|p| matches!(p, Part::ToolCall(_))) {
-            return;
-        }
-        let reasoning: String = parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Reasoning { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        if !reasoning.is_empty() {
-            self.learned
-                .remember_reasoning(&reply.message.id, &reasoning);
         }
     }
 

