@@ -5,6 +5,7 @@
 //! that points at a private one is refused like the private path itself; a read is judged again
 //! on the file it actually opened.
 
+use std::ffi::OsStr;
 use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -38,8 +39,12 @@ pub struct FileResources {
     roots: Vec<PathBuf>,
     live: Option<Arc<dyn RootSource>>,
     deny: Vec<PathBuf>,
+    denied_names: Vec<(PathBuf, NameRule)>,
     max_read_bytes: u64,
 }
+
+/// Picks, by file name, entries of one folder that are never served.
+type NameRule = Arc<dyn Fn(&OsStr) -> bool + Send + Sync>;
 
 impl std::fmt::Debug for FileResources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -71,6 +76,7 @@ impl FileResources {
             roots: roots.into_iter().map(|r| resolved(&r)).collect(),
             live: None,
             deny: Vec::new(),
+            denied_names: Vec::new(),
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
         }
     }
@@ -85,6 +91,19 @@ impl FileResources {
     /// folder. They are resolved at each request, so one created later is denied too.
     pub fn with_denied(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
         self.deny.extend(paths);
+        self
+    }
+
+    /// Never serve the entries directly inside `dir` whose file names `rule` picks, nor
+    /// anything under them, even inside a served folder: for families of files whose names are
+    /// only known by pattern (rotated logs, temporary files). Judged like
+    /// [`with_denied`](Self::with_denied), on the resolved path at each request.
+    pub fn with_denied_names(
+        mut self,
+        dir: PathBuf,
+        rule: impl Fn(&OsStr) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.denied_names.push((dir, Arc::new(rule)));
         self
     }
 
@@ -109,7 +128,15 @@ impl FileResources {
         let private = self
             .deny
             .iter()
-            .any(|d| real.starts_with(d) || real.starts_with(resolved(d)));
+            .any(|d| real.starts_with(d) || real.starts_with(resolved(d)))
+            || self.denied_names.iter().any(|(dir, rule)| {
+                [dir.clone(), resolved(dir)].iter().any(|dir| {
+                    real.strip_prefix(dir)
+                        .ok()
+                        .and_then(|rest| rest.components().next())
+                        .is_some_and(|first| rule(first.as_os_str()))
+                })
+            });
         if private {
             return Judged::Private;
         }

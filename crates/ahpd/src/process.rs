@@ -344,21 +344,21 @@ pub fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
     args.extend(record.argv.iter().cloned());
     let cli = Cli::try_parse_from(args).ok()?;
     let mut settings = config::load(loc).ok()?;
-    let cwd_backup = std::env::current_dir().ok();
     // Relative token-file paths on the recorded command line are relative to its folder.
-    let _ = std::env::set_current_dir(&record.cwd);
-    let applied = settings.apply_flags(&cli.run);
-    if let Some(c) = cwd_backup {
-        let _ = std::env::set_current_dir(c);
-    }
-    applied.ok()?;
-    match settings.token.value {
+    settings.apply_flags_in(&cli.run, &record.cwd).ok()?;
+    token_of(loc, &settings)
+}
+
+/// The token the settings (files and flags already applied) make a daemon require, read from
+/// wherever they say it is kept.
+pub fn token_of(loc: &Locations, settings: &config::Settings) -> Option<String> {
+    match &settings.token.value {
         TokenSetting::Literal(s) => Some(s.expose().to_owned()),
         TokenSetting::SecretRef(name) => Vault::new(loc.vault())
-            .read(&name)
+            .read(name)
             .ok()
             .map(|s| s.expose().to_owned()),
-        TokenSetting::File(p) => token::read(&p).ok(),
+        TokenSetting::File(p) => token::read(p).ok(),
         TokenSetting::Without => None,
     }
 }
@@ -512,6 +512,34 @@ mod tests {
         let (rest, token) = take_token(argv(&["--connection-token=s4"]));
         assert!(rest.is_empty());
         assert_eq!(token.as_deref(), Some("s4"));
+    }
+
+    #[test]
+    fn a_recorded_relative_token_file_is_read_from_the_recorded_folder() {
+        let root = tempfile::tempdir().expect("temp folder");
+        let conf = root.path().join("conf");
+        let started_in = root.path().join("started-in");
+        std::fs::create_dir_all(&conf).expect("conf folder");
+        std::fs::create_dir_all(started_in.join("keys")).expect("keys folder");
+        std::fs::write(conf.join("ahpd.json"), "{}").expect("config file");
+        std::fs::write(started_in.join("keys/tok"), "recorded-folder-token\n").expect("token");
+        let loc = Locations::resolve(Some(&conf.join("ahpd.json"))).expect("locations");
+        let before = std::env::current_dir().ok();
+        let record = DaemonRecord {
+            pid: 0,
+            argv: vec!["--connection-token-file".into(), "keys/tok".into()],
+            cwd: started_in,
+            address: "ws://127.0.0.1:1".into(),
+            version: String::new(),
+            started_at: String::new(),
+            token_from_environment: false,
+            foreground: true,
+        };
+        assert_eq!(
+            token_for(&loc, &record).as_deref(),
+            Some("recorded-folder-token")
+        );
+        assert_eq!(std::env::current_dir().ok(), before);
     }
 
     #[test]

@@ -346,11 +346,15 @@ pub(crate) async fn build_host(
         .root_meta(meta.clone())
         .initialize_meta(meta)
         .extension(channel.clone())
-        .resources(Arc::new(
-            FileResources::new(settings.paths.value.clone())
+        .resources(Arc::new({
+            let resources = FileResources::new(settings.paths.value.clone())
                 .with_live_roots(live.clone())
-                .with_denied(served::private_paths(loc, settings, &engine_options)),
-        ));
+                .with_denied(served::private_paths(loc, settings, &engine_options));
+            match served::daemon_files(loc) {
+                Some((dir, rule)) => resources.with_denied_names(dir, rule),
+                None => resources,
+            }
+        }));
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }

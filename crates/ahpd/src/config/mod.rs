@@ -5,7 +5,7 @@
 //! keeps the upstream daemon's files usable.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
@@ -269,10 +269,17 @@ impl Settings {
     /// Applies the command-line options over the files, key by key.
     pub fn apply_flags(&mut self, run: &RunArgs) -> Result<(), ConfigError> {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        self.apply_flags_in(run, &cwd)
+    }
+
+    /// [`apply_flags`](Self::apply_flags) for a command line given in the folder `cwd`, which
+    /// its relative paths are resolved against: another process's recorded command line is
+    /// read without touching this process's current folder, which every thread shares.
+    pub fn apply_flags_in(&mut self, run: &RunArgs, cwd: &Path) -> Result<(), ConfigError> {
         if !run.paths.is_empty() {
             let mut paths = Vec::new();
             for p in &run.paths {
-                let path = locations::resolve_path(&p.to_string_lossy(), &cwd)?;
+                let path = locations::resolve_path(&p.to_string_lossy(), cwd)?;
                 if !path.is_dir() {
                     return Err(ConfigError::Usage(format!(
                         "--path {}: not an existing directory",
@@ -317,7 +324,7 @@ impl Settings {
         } else if let Some(f) = &run.connection_token_file {
             Some(TokenSetting::File(locations::resolve_path(
                 &f.to_string_lossy(),
-                &cwd,
+                cwd,
             )?))
         } else if run.without_connection_token {
             Some(TokenSetting::Without)

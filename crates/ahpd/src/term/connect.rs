@@ -1,5 +1,6 @@
 //! Finding the host: the daemon recorded for the configuration folder, a daemon in the
-//! foreground at the configured address, or a host built in this process, joined in memory.
+//! foreground at the configured address that could not record itself, or a host built in this
+//! process, joined in memory.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use crate::commands::CommandError;
 use crate::config;
 use crate::live::LiveSessions;
 use crate::locations::Locations;
-use crate::process::{self, DaemonRecord};
+use crate::process;
 use crate::vault::Vault;
 
 /// The engine used when no plugin is enabled in the configuration.
@@ -84,7 +85,9 @@ pub fn work_dir(path: Option<&Path>) -> Result<PathBuf, CommandError> {
         .map_err(|e| CommandError::Usage(format!("--path {}: {e}", p.display())))
 }
 
-/// The token in the configuration folder's `token` file, when there is one.
+/// The token in the configuration folder's `token` file, when there is one: the last resort
+/// when the daemon's options cannot be read back, since a daemon given another token file or
+/// token leaves this one unused (and perhaps out of date).
 fn token_file(loc: &Locations) -> Option<String> {
     crate::token::read(&loc.token()).ok()
 }
@@ -143,7 +146,7 @@ pub async fn connect(loc: &Locations, target: &Target) -> Result<Conn, CommandEr
         if let Some(record) = process::running(loc) {
             // A daemon started with `ahpd start` is the one to use; failing to reach it is an
             // error, not a reason to run a second host on the same sessions.
-            let token = token_file(loc).or_else(|| process::token_for(loc, &record));
+            let token = process::token_for(loc, &record).or_else(|| token_file(loc));
             let (client, root) = connect_ws(&record.address, token.as_deref())
                 .await
                 .map_err(failed)?;
@@ -154,7 +157,9 @@ pub async fn connect(loc: &Locations, target: &Target) -> Result<Conn, CommandEr
                 embedded: None,
             });
         }
-        // A daemon in the foreground leaves no record: try the address it would listen on.
+        // A daemon records itself even in the foreground; one that could not write its
+        // record (a read-only folder, say) is still found at the configured address, rather
+        // than a second host being built on the same sessions.
         if let Some(conn) = probe_configured(loc).await {
             return Ok(conn);
         }
@@ -163,23 +168,16 @@ pub async fn connect(loc: &Locations, target: &Target) -> Result<Conn, CommandEr
 }
 
 async fn probe_configured(loc: &Locations) -> Option<Conn> {
-    let settings = config::load(loc).ok()?;
+    let mut settings = config::load(loc).ok()?;
+    // No options of its own to read back: the daemon there runs on the configuration (and
+    // the token variable, which these flags let through).
+    settings.apply_flags(&RunArgs::default()).ok()?;
     let address = format!(
         "ws://{}:{}",
         crate::serve::url_host(&settings.host.value),
         settings.port.value
     );
-    let record = DaemonRecord {
-        pid: 0,
-        argv: Vec::new(),
-        cwd: std::env::current_dir().unwrap_or_default(),
-        address: address.clone(),
-        version: String::new(),
-        started_at: String::new(),
-        token_from_environment: false,
-        foreground: true,
-    };
-    let token = token_file(loc).or_else(|| process::token_for(loc, &record));
+    let token = process::token_of(loc, &settings).or_else(|| token_file(loc));
     let (client, root) = tokio::time::timeout(PROBE_LIMIT, connect_ws(&address, token.as_deref()))
         .await
         .ok()?

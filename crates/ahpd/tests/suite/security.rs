@@ -369,3 +369,58 @@ fn a_session_without_a_folder_has_its_scratch_folder_served() {
     });
     assert_eq!(daemon.stop(), 0);
 }
+
+#[test]
+fn a_served_configuration_folder_keeps_the_files_named_after_the_daemons_own() {
+    let env = Env::new();
+    // `--config-file` in a folder of the served project: the daemon's own files sit there too.
+    let project = env.root.path().join("project");
+    let conf = project.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let base = conf.join("ahpd.json");
+    std::fs::write(&base, "{}").unwrap();
+    let own = [
+        "daemon.log.1",
+        "daemon.log.5",
+        "sessions.json.corrupt-1767225600000",
+        ".token.0123abcd.tmp",
+        ".vault.json.0123abcd.tmp",
+        ".ahpd.json.0123abcd.tmp",
+    ];
+    for name in own {
+        std::fs::write(conf.join(name), "SECRET-BITS").unwrap();
+    }
+    std::fs::write(conf.join("notes.txt"), "hello").unwrap();
+    std::os::unix::fs::symlink(conf.join("daemon.log.1"), project.join("link-log")).unwrap();
+    let daemon = env.daemon(
+        &[
+            "--config-file",
+            base.to_str().unwrap(),
+            "--plugin",
+            ECHO,
+            "--port",
+            "0",
+            "--path",
+            project.to_str().unwrap(),
+        ],
+        "own-files.log",
+    );
+    rt().block_on(async {
+        let (client, _) = client(&daemon.address).await;
+        // The folder itself is served, so the refusals below are the rule's doing.
+        assert_eq!(
+            read(&client, &conf.join("notes.txt")).await.unwrap()["data"],
+            "hello"
+        );
+        let refused = own
+            .iter()
+            .map(|n| conf.join(n))
+            .chain([conf.join("token"), project.join("link-log")]);
+        for path in refused {
+            let (code, message) = read(&client, &path).await.expect_err("refused");
+            assert_eq!(code, -32009, "{}: {message}", path.display());
+            assert!(message.contains("private"), "{message}");
+        }
+    });
+    assert_eq!(daemon.stop(), 0);
+}

@@ -65,3 +65,27 @@ fn a_run_is_listed_shown_and_removed() {
 fn a_run_is_listed_shown_and_removed_through_the_daemon() {
     listed_shown_and_removed(true);
 }
+
+#[test]
+fn the_client_uses_the_token_the_daemon_was_given_not_a_leftover_default_file() {
+    let env = Env::new();
+    let ep = Endpoint::with_replies(Vec::new()).unwrap();
+    configure(&env, &ep);
+    // A default token file left from an earlier run, and the daemon told to use another.
+    std::fs::write(env.dir().join("token"), "leftover-default-token\n").unwrap();
+    let keys = env.root.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("tok"), "the-daemons-own-token\n").unwrap();
+    let out = env.run(&[
+        "start",
+        "--port",
+        "0",
+        "--connection-token-file",
+        keys.join("tok").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let list = env.run(&["sessions", "--json"]);
+    let stopped = env.run(&["stop"]);
+    assert_eq!(list.status.code(), Some(0), "{}", text(&list.stderr));
+    assert_eq!(stopped.status.code(), Some(0), "{}", text(&stopped.stderr));
+}
