@@ -1,4 +1,5 @@
-//! An in-process connection pair for tests. The host half is a [`Peer`]; the client half
+//! An in-process connection pair, for tests and for a client that runs its host in its own
+//! process. The host half is a [`Peer`]; the client half
 //! implements `ahp::transport::Transport`, so the official client runs over it. The client
 //! can be made to stall (never read), which a real socket's kernel buffer would hide.
 

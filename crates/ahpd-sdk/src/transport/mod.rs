@@ -1,6 +1,6 @@
 //! Transports: each turns a byte stream into a [`Peer`](crate::peer::Peer).
 
-#[cfg(feature = "testing")]
+#[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "stdio")]
 pub mod stdio;

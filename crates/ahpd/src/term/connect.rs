@@ -10,7 +10,6 @@ use ahp::client::{Client, ClientConfig};
 use ahp_types::state::{RootState, SnapshotState};
 use ahp_ws::WebSocketTransport;
 
-use super::inproc;
 use crate::cli::RunArgs;
 use crate::commands::CommandError;
 use crate::config;
@@ -23,6 +22,8 @@ use crate::vault::Vault;
 const DEFAULT_PLUGIN: &str = "@ahpd/agent-cofold";
 /// How long the probe of the configured address may take before the host is built here instead.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
+/// Frames the in-process host may send ahead of the client before its writes wait.
+const IN_PROCESS_BUFFER: usize = 4096;
 
 /// Where the commands find their host.
 #[derive(Debug, Clone, Default)]
@@ -214,7 +215,8 @@ async fn embedded(loc: &Locations, target: &Target) -> Result<Conn, CommandError
             _ => failed(e.to_string()),
         })?;
     let host = Arc::new(host);
-    let (peer, half) = inproc::pair();
+    // No frame limit: both ends are this process.
+    let (peer, half) = ahpd_sdk::transport::memory::pair(IN_PROCESS_BUFFER, usize::MAX);
     let serving = host.clone();
     tokio::spawn(async move { serving.accept(peer).await });
     let client = Client::connect(half, client_config())

@@ -3,14 +3,13 @@
 //! It is an ordinary AHP client built on the official `ahp` client and reducers, so it sees a
 //! session exactly as an editor does. It talks to the daemon running for this configuration
 //! folder, or, when none answers, to a host it builds inside its own process for as long as the
-//! command runs, through an in-memory connection ([`inproc`]). Either way the same protocol
+//! command runs, through the host crate's in-memory connection. Either way the same protocol
 //! code runs.
 
 mod approve;
 mod chat;
 mod connect;
 mod conversation;
-mod inproc;
 mod render;
 mod run;
 mod sessions;
