@@ -511,6 +511,11 @@ impl Session for CofoldSession {
         self.core.begin(turn);
     }
 
+    fn watched(&mut self) {
+        // Opened for a client after a restart: the paused run is asked again at once.
+        self.core.reopen_pending();
+    }
+
     fn cancel(&mut self, _turn_id: &str) {
         self.core.reopen_pending();
         self.core.cancel_all(STOP_REASON);
