@@ -14,3 +14,4 @@ mod support;
 mod thinking_provider;
 mod tools;
 mod turns;
+mod watched;
