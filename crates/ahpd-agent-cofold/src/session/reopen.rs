@@ -447,7 +447,9 @@ fn what_of(body: &EventBody) -> String {
 }
 
 fn declined_notice(what: &str) -> String {
-    format!("{what} left waiting when the daemon stopped was declined: a newer message replaced it.")
+    format!(
+        "{what} left waiting when the daemon stopped was declined: a newer message replaced it."
+    )
 }
 
 /// The reopened turn said again, as it started.

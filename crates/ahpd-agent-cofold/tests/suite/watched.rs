@@ -35,7 +35,11 @@ async fn subscribing_alone_asks_a_paused_approval_again_and_its_answer_completes
     let (th, mut w) = p.second_host().await;
     // Nothing is sent: the subscribe is what brings the request back.
     until_state(&mut w, |w| asks(w) == 1).await;
-    let active = w.chat_state().active_turn.clone().expect("the turn is shown");
+    let active = w
+        .chat_state()
+        .active_turn
+        .clone()
+        .expect("the turn is shown");
     assert_eq!(active.id, "t1");
     assert_eq!(active.message.text, "write a.txt");
     let calls = w.last_calls();
@@ -78,16 +82,23 @@ async fn a_message_after_the_request_is_shown_again_declines_it_with_a_notice() 
     assert_eq!(asks(&w), 0, "the declined request is withdrawn");
     let notice = w.envelopes.iter().any(|env| {
         let text = serde_json::to_string(&env.action).unwrap();
-        text.contains("\"t2\"") && text.contains("left waiting when the daemon stopped was declined")
+        text.contains("\"t2\"")
+            && text.contains("left waiting when the daemon stopped was declined")
     });
     assert!(notice, "no notice on t2");
-    assert!(!p.place.work.join("a.txt").exists(), "the declined write never ran");
+    assert!(
+        !p.place.work.join("a.txt").exists(),
+        "the declined write never ran"
+    );
     let bodies = p.ep.chat_bodies();
     assert_eq!(bodies.len(), 3);
     assert!(request_text(&bodies[1]).contains(ahpd_agent_cofold::REPLACED));
     assert!(request_text(&bodies[2]).contains("something else"));
     let runs = runs_of(&p.store).list_runs(&p.id, None).await.unwrap();
-    assert!(runs.iter().all(|r| r.status == RunStatus::Completed), "{runs:?}");
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Completed),
+        "{runs:?}"
+    );
 }
 
 /// Runs turn `t1` in a daemon of its own until its model request is held at `gate`, stops that
@@ -141,16 +152,25 @@ async fn subscribing_alone_settles_a_dead_run_and_shows_its_turn_ended() {
     assert_eq!(before.len(), 1);
     assert_eq!(before[0].status, RunStatus::Running);
 
-    let th = host(vec![Arc::new(agent(options(&store, &ep), place.embedder()))]).await;
+    let th = host(vec![Arc::new(agent(
+        options(&store, &ep),
+        place.embedder(),
+    ))])
+    .await;
     let client = client(&th.url, "later").await;
     let mut w = Watch::subscribe(client, &format!("cofold:/{id}")).await;
     // Nothing is sent: the subscribe is what settles the run and says how its turn ended.
     until_state(&mut w, |w| {
-        w.chat_state().active_turn.is_none()
-            && w.chat_state().turns.iter().any(|t| t.id == "t1")
+        w.chat_state().active_turn.is_none() && w.chat_state().turns.iter().any(|t| t.id == "t1")
     })
     .await;
-    let turn = w.chat_state().turns.iter().find(|t| t.id == "t1").unwrap().clone();
+    let turn = w
+        .chat_state()
+        .turns
+        .iter()
+        .find(|t| t.id == "t1")
+        .unwrap()
+        .clone();
     assert_eq!(turn.state, TurnState::Error, "{turn:?}");
     assert_eq!(turn.message.text, "think long");
     let sentence = turn
