@@ -69,13 +69,24 @@ pub(super) struct Paused {
 }
 
 pub(super) async fn paused(prefix: &str, content: &str, then: Vec<testkit::Reply>) -> Paused {
-    let place = Place::new();
-    let store = place.home.join("store");
-    let mut replies = vec![call(
+    let first = call(
         "c1",
         "write_file",
         json!({ "path": "a.txt", "content": content }),
-    )];
+    );
+    paused_at(prefix, first, then).await
+}
+
+/// Like [`paused`], with `first` as the model's first answer to `t1` (which must wait on a
+/// person).
+pub(super) async fn paused_at(
+    prefix: &str,
+    first: testkit::Reply,
+    then: Vec<testkit::Reply>,
+) -> Paused {
+    let place = Place::new();
+    let store = place.home.join("store");
+    let mut replies = vec![first];
     replies.extend(then);
     let ep = endpoint(replies);
     let id = fresh_id(prefix);

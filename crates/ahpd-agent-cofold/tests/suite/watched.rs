@@ -11,7 +11,7 @@ use ahp_types::state::{ResponsePart, TurnState};
 use cofold_agents::store::{RunStatus, Store};
 use serde_json::{Value, json};
 
-use super::reopen::{check_one_completed_run, find_file, options, paused, runs_of};
+use super::reopen::{check_one_completed_run, find_file, options, paused, paused_at, runs_of};
 use super::support::*;
 
 /// Reads what arrives until `done` holds of the client's mirror (checked first: the snapshot
@@ -66,6 +66,53 @@ async fn subscribing_alone_asks_a_paused_approval_again_and_its_answer_completes
     );
     assert_eq!(p.ep.chat_bodies().len(), 2);
     check_one_completed_run(&p.store, &p.id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_alone_asks_a_paused_question_again_and_its_answer_completes_the_run() {
+    let question = call(
+        "q1",
+        "ask_user",
+        json!({ "questions": [{ "id": "colour", "question": "Which colour?" }] }),
+    );
+    let p = paused_at("watched-question", question, vec![text("blue it is")]).await;
+    let (th, mut w) = p.second_host().await;
+    until_state(&mut w, |w| asks(w) == 1).await;
+    assert_eq!(
+        w.chat_state().active_turn.as_ref().map(|t| t.id.as_str()),
+        Some("t1")
+    );
+    let asked = serde_json::to_value(&w.mirror.sessions[&w.session].input_needed).unwrap();
+    let request_id = asked[0]["request"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a question: {asked}"))
+        .to_owned();
+    assert!(asked.to_string().contains("Which colour?"), "{asked}");
+    let answer: StateAction = serde_json::from_value(json!({
+        "type": "chat/inputCompleted", "requestId": request_id, "response": "accept",
+        "answers": { "colour": {
+            "state": "submitted", "value": { "kind": "text", "value": "blue" },
+        } },
+    }))
+    .unwrap();
+    w.client
+        .dispatch(w.chat.clone(), answer)
+        .await
+        .expect("dispatch");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    w.assert_mirror(&th).await;
+    let bodies = p.ep.chat_bodies();
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        request_text(&bodies[1]).contains("blue"),
+        "the model reads the answer"
+    );
+    let runs = runs_of(&p.store).list_runs(&p.id, None).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Completed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
