@@ -357,9 +357,11 @@ pub trait Session: Send + 'static {
         Vec::new()
     }
 
-    /// A client watches the chat and no turn waits for the backend, which the host opened for
-    /// that client (see [`Agent::unfinished`]): put to the host now what waits on a person.
-    /// Nothing by default.
+    /// The backend was opened with no turn waiting for it (for the clients of a stored
+    /// conversation with unfinished work, see [`Agent::unfinished`], or for a command or a new
+    /// chat, after the held commands reached it): put to the host now what waits on a person,
+    /// such as a request left open when the daemon stopped. Not called when a turn was waiting:
+    /// the turn is handed over instead. Nothing by default.
     fn watched(&mut self) {}
 
     /// Stop everything. Anything published after this returns is dropped.
