@@ -13,7 +13,7 @@ use ahp_types::state::{
 use ahpd_sdk::agent::{AgentDescriptor, AgentError, PastSession, Probe, Refusal, SessionStart};
 use ahpd_sdk::{Agent, Session};
 use cofold_agents::policy::{PermissionMode, mode_description};
-use cofold_agents::store::{MemoryStore, NewSession, SessionQuery, Store};
+use cofold_agents::store::{MemoryStore, NewSession, RunStatus, SessionQuery, Store};
 use cofold_store_file::{FileStore, FileStoreOptions};
 use serde_json::{Value, json};
 
@@ -584,6 +584,20 @@ impl Agent for CofoldAgent {
             HashMap::new()
         };
         transcript::turns(self.core.store.as_ref(), id, &host_tools).await
+    }
+
+    /// A run whose process is gone (settled when the backend opens) or a run waiting on a
+    /// person (asked again once a client watches): either is worth opening the backend for as
+    /// soon as a client subscribes. A store that cannot say is read as holding neither.
+    async fn unfinished(&self, id: &str) -> bool {
+        let store = self.core.store.as_ref();
+        if matches!(store.dead_writer(id).await, Ok(Some(_))) {
+            return true;
+        }
+        store
+            .list_runs(id, Some(RunStatus::Awaiting))
+            .await
+            .is_ok_and(|runs| !runs.is_empty())
     }
 
     async fn delete(&self, id: &str) -> Result<(), AgentError> {

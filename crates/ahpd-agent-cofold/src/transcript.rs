@@ -116,6 +116,9 @@ pub(crate) async fn turns(
         .into_iter()
         .filter_map(|r| r.input_message_id.clone().map(|m| (m, r)))
         .collect();
+    // A run its dead process left `running` is settled and said again once the session opens
+    // for a client (see `session/reopen.rs`); until then it is not history.
+    let dead = store.dead_writer(id).await.ok().flatten();
     let facts = EventFacts::read(store, id, runs.values()).await;
     let mut out: Vec<Value> = Vec::new();
     let mut open: Option<OpenTurn> = None;
@@ -125,7 +128,10 @@ pub(crate) async fn turns(
             Role::User | Role::System if is_prompt(m) => {
                 close(open.take(), &mut out);
                 let run = runs.get(&m.id);
-                hidden = run.is_some_and(|r| r.status == RunStatus::Awaiting);
+                hidden = run.is_some_and(|r| {
+                    r.status == RunStatus::Awaiting
+                        || (r.status == RunStatus::Running && dead.as_ref() == Some(&r.run_id))
+                });
                 let state = match run.map(|r| r.status) {
                     Some(RunStatus::Failed) => "error",
                     Some(RunStatus::Cancelled) => "cancelled",

@@ -397,6 +397,7 @@ impl Actor {
                 let _ = reply.send(done);
                 return done;
             }
+            SessionMsg::OpenBackend => self.open_backend(),
             SessionMsg::BackendReady { chat, result } => self.backend_ready(chat, result),
             SessionMsg::ClientToolTimeout { entry } => self.client_tool_timeout(&entry),
         }

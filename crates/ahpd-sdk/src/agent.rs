@@ -278,6 +278,15 @@ pub trait Agent: Send + Sync + 'static {
         None
     }
 
+    /// Whether a stored conversation may hold work its backend should take up as soon as a
+    /// client looks at it rather than at its next turn: a run its process left behind, a run
+    /// waiting on a person. The host then opens the chat's backend beside the subscribe that
+    /// opened the session and calls [`Session::watched`] on it. `false` by default: a stored
+    /// conversation's backend opens on its first turn or backend-bound command.
+    async fn unfinished(&self, _id: &str) -> bool {
+        false
+    }
+
     /// Delete a stored conversation; an absent id counts as deleted.
     async fn delete(&self, _id: &str) -> Result<(), AgentError> {
         Err(AgentError::Unsupported)
@@ -347,6 +356,13 @@ pub trait Session: Send + 'static {
     ) -> Vec<CompletionItem> {
         Vec::new()
     }
+
+    /// The backend was opened with no turn waiting for it (for the clients of a stored
+    /// conversation with unfinished work, see [`Agent::unfinished`], or for a command or a new
+    /// chat, after the held commands reached it): put to the host now what waits on a person,
+    /// such as a request left open when the daemon stopped. Not called when a turn was waiting:
+    /// the turn is handed over instead. Nothing by default.
+    fn watched(&mut self) {}
 
     /// Stop everything. Anything published after this returns is dropped.
     async fn close(&mut self);

@@ -49,6 +49,22 @@ impl Actor {
         );
     }
 
+    /// Opens the default chat's backend without a turn, unless it is open or opening already.
+    pub(crate) fn open_backend(&mut self) {
+        if self.closed {
+            return;
+        }
+        let chat = self.default_chat.clone();
+        let Some(slot) = self.chats.get_mut(&chat) else {
+            return;
+        };
+        if !matches!(slot.backend, Backend::None) {
+            return;
+        }
+        slot.backend = Backend::Creating(Vec::new());
+        self.spawn_create(chat, None);
+    }
+
     pub(crate) fn spawn_create(&self, chat: Arc<str>, fork: Option<crate::agent::ForkFrom>) {
         let Some(slot) = self.chats.get(&chat) else {
             return;
@@ -134,6 +150,13 @@ impl Actor {
                 // Held config changes, resumes and rewinds reach the backend before turns
                 // queued behind them.
                 self.release_parked(&chat, None);
+                // With no turn to hand over, the backend was opened for the chat's watchers
+                // (or a command, which has said what it needed): what waits on a person is
+                // shown now. A turn queued meanwhile goes first instead, and the backend
+                // decides what becomes of the paused work.
+                if queued.is_empty() {
+                    self.with_backend(&chat, |s| s.watched());
+                }
                 for turn in queued {
                     self.begin(&chat, turn);
                 }

@@ -309,6 +309,7 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             }
         }
         let chosen = record.as_ref().and_then(|r| r.title.clone());
+        let looker = agent.clone();
         let init = Init {
             uri: session_uri.clone(),
             backend_id: id.clone(),
@@ -329,8 +330,9 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             agent,
         };
         return match spawn(inner, init) {
-            Ok(_) => {
+            Ok(tx) => {
                 tracing::info!(session = %session_uri, "session opened from the store");
+                open_if_unfinished(looker, id.clone(), tx);
                 crate::unload::soon(inner);
                 Ok(session_uri)
             }
@@ -340,6 +342,17 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         };
     }
     Err(RpcError::session_not_found(channel))
+}
+
+/// Asks the agent, beside the request that opened the session, whether the conversation holds
+/// unfinished work, and opens its backend when it does: the answer to the client does not wait
+/// on the engine, and what the backend shows arrives as actions after the snapshot.
+fn open_if_unfinished(agent: Arc<dyn Agent>, id: String, tx: mpsc::Sender<SessionMsg>) {
+    tokio::spawn(async move {
+        if agent.unfinished(&id).await {
+            let _ = tx.send(SessionMsg::OpenBackend).await;
+        }
+    });
 }
 
 /// Whether [`open_past`] would find the conversation a session URI names in an agent's store,

@@ -81,6 +81,9 @@ pub(crate) enum SessionMsg {
     Unload {
         reply: oneshot::Sender<bool>,
     },
+    /// Open the default chat's backend now, for the clients watching it (a stored conversation
+    /// with unfinished work, see `Agent::unfinished`).
+    OpenBackend,
     BackendReady {
         chat: Arc<str>,
         result: Result<Box<dyn Session>, AgentError>,

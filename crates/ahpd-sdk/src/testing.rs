@@ -97,6 +97,11 @@ pub struct ScriptedAgent {
     fail_resume: bool,
     hang_creates: Arc<Vec<String>>,
     rewinds: bool,
+    unfinished: Arc<Vec<String>>,
+    /// How many backends it was asked to open, for waiting on.
+    opened: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Backend ids of the `Session::watched` calls, in order.
+    watched: Arc<tokio::sync::watch::Sender<Vec<String>>>,
 }
 
 impl std::fmt::Debug for ScriptedAgent {
@@ -147,6 +152,33 @@ impl ScriptedAgent {
     pub fn failing_resume(mut self) -> Self {
         self.fail_resume = true;
         self
+    }
+
+    /// Say these stored conversations hold unfinished work (`Agent::unfinished`).
+    pub fn unfinished(mut self, ids: &[&str]) -> Self {
+        self.unfinished = Arc::new(ids.iter().map(|s| (*s).to_owned()).collect());
+        self
+    }
+
+    /// Waits until this agent was asked to open `n` backends; returns [`ScriptedAgent::opens`].
+    pub async fn until_opens(&self, n: usize) -> Vec<Opened> {
+        let mut rx = self.opened.subscribe();
+        let _ = rx.wait_for(|count| *count >= n).await;
+        self.opens()
+    }
+
+    /// Waits until `Session::watched` was called `n` times; returns the backend ids, in order.
+    pub async fn until_watched(&self, n: usize) -> Vec<String> {
+        let mut rx = self.watched.subscribe();
+        rx.wait_for(|calls| calls.len() >= n)
+            .await
+            .map(|calls| calls.clone())
+            .unwrap_or_default()
+    }
+
+    /// The backend ids of the `Session::watched` calls so far, in order.
+    pub fn watched(&self) -> Vec<String> {
+        self.watched.borrow().clone()
     }
 
     /// Never finish opening a backend for these session URIs (`Agent::create` stays pending),
@@ -270,6 +302,7 @@ impl Agent for ScriptedAgent {
         if let Ok(mut o) = self.opens.lock() {
             o.push((start.chat_uri.clone(), start.resume.clone()));
         }
+        self.opened.send_modify(|count| *count += 1);
         if self.hang_creates.contains(&start.session_uri) {
             std::future::pending::<()>().await;
         }
@@ -290,6 +323,7 @@ impl Agent for ScriptedAgent {
             store: self.store.clone(),
             configured: self.configured.clone(),
             rewinds: self.rewinds,
+            watched: self.watched.clone(),
         }))
     }
 
@@ -310,6 +344,10 @@ impl Agent for ScriptedAgent {
         self.store.lock().ok()?.get(id).map(|s| s.turns.clone())
     }
 
+    async fn unfinished(&self, id: &str) -> bool {
+        self.unfinished.iter().any(|u| u == id)
+    }
+
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
         if let Ok(mut s) = self.store.lock() {
             s.remove(id);
@@ -325,6 +363,7 @@ struct ScriptedSession {
     store: Arc<Mutex<HashMap<String, Stored>>>,
     configured: Arc<Mutex<Vec<(String, JsonObject)>>>,
     rewinds: bool,
+    watched: Arc<tokio::sync::watch::Sender<Vec<String>>>,
 }
 
 fn md(turn: &str, part: &str) -> StateAction {
@@ -533,6 +572,11 @@ async fn run_script(ctx: SessionContext, turn: String, text: String, resumed: bo
 impl Session for ScriptedSession {
     fn backend_id(&self) -> String {
         self.id.clone()
+    }
+
+    fn watched(&mut self) {
+        let id = self.id.clone();
+        self.watched.send_modify(|calls| calls.push(id));
     }
 
     fn begin(&mut self, turn: TurnRequest) {

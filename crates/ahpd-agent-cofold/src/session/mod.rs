@@ -94,6 +94,12 @@ struct State {
     /// The conversation's run that waits on a person, until the host's first call decides
     /// whether it is reopened or replaced.
     reopen: Option<Paused>,
+    /// The reopened run's request put to the host again, while its run lasts: a turn handed
+    /// before anyone answered it takes its place as it would have before the reopen.
+    reasked: Option<reopen::Reasked>,
+    /// The run of a stopped process settled when the session opened, until it is said to the
+    /// clients watching or a turn comes first.
+    settled: Option<Paused>,
 }
 
 /// Shared by the session object and its run tasks.
@@ -164,8 +170,13 @@ impl Core {
         if state.closed {
             return;
         }
-        // A run paused before a restart that nothing reopened yet: this turn takes its place.
+        // A run paused before a restart that nothing reopened yet, or reopened with its request
+        // still unanswered: this turn takes its place.
         self.reopen(&mut state, Some(&turn));
+        state.settled = None;
+        if let Some(reasked) = state.reasked.take() {
+            self.supersede(reasked, &turn.turn_id);
+        }
         // Only the newest turn is shown: everything in front goes quiet.
         if let Some(running) = &state.running {
             running.shown.store(false, Ordering::SeqCst);
@@ -389,6 +400,7 @@ impl Core {
             self.ctx.emit(action);
         }
         state.running = None;
+        state.reasked = None;
         if let Some(last) = &finished.last_message {
             state
                 .cut_points
@@ -489,6 +501,20 @@ impl Core {
         }
     }
 
+    /// A client watches the chat: a paused run whose request is on record is reopened and
+    /// asked again. One whose pause was never announced has nothing to ask; it stays held for
+    /// the first call, so a turn can still take its place rather than wait behind it.
+    fn reopen_watched(self: &Arc<Self>) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return;
+        }
+        self.show_settled(&mut state);
+        if state.reopen.as_ref().is_some_and(Paused::asks) {
+            self.reopen(&mut state, None);
+        }
+    }
+
     fn cancel_all(&self, reason: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
         let mut state = lock(&self.state);
         state.waiting.clear();
@@ -509,6 +535,11 @@ impl Session for CofoldSession {
 
     fn begin(&mut self, turn: TurnRequest) {
         self.core.begin(turn);
+    }
+
+    fn watched(&mut self) {
+        // Opened for a client after a restart: the paused run is asked again at once.
+        self.core.reopen_watched();
     }
 
     fn cancel(&mut self, _turn_id: &str) {

@@ -17,7 +17,7 @@ use ahp_types::state::{Message, MessageKind, MessageOrigin, ModelSelection};
 use ahpd_sdk::TurnRequest;
 use cofold_agents::event::{Command, Event, EventBody};
 use cofold_agents::run::{ResumeOptions, resume, settle_dead_runs};
-use cofold_agents::store::{RunRef, RunStatus, Store};
+use cofold_agents::store::{RunRecord, RunRef, RunStatus, Store};
 use futures::StreamExt;
 
 use super::{Core, Follow, State};
@@ -85,6 +85,11 @@ impl Paused {
         None
     }
 
+    /// Whether the stored events name the request the run waits on, so it can be asked again.
+    pub(crate) fn asks(&self) -> bool {
+        self.pending().is_some()
+    }
+
     fn last_seq(&self) -> u64 {
         self.events.last().map_or(0, |e| e.seq)
     }
@@ -103,6 +108,11 @@ pub(crate) async fn read_paused(store: &dyn Store, session_id: &str) -> Option<P
     if newest.status != RunStatus::Awaiting {
         return None;
     }
+    read_run(store, session_id, newest).await
+}
+
+/// A run of the conversation with its turn's input and its stored events.
+async fn read_run(store: &dyn Store, session_id: &str, newest: RunRecord) -> Option<Paused> {
     let turn_id = newest.input_message_id.clone()?;
     let run = RunRef {
         session_id: session_id.to_owned(),
@@ -131,14 +141,14 @@ impl Core {
     /// [`reopen`]: Core::reopen
     pub(super) async fn settle_dead(self: &Arc<Self>) {
         let store = self.agent.store.clone();
-        match store.dead_writer(&self.backend_id).await {
-            Ok(Some(_)) => {}
+        let dead = match store.dead_writer(&self.backend_id).await {
+            Ok(Some(run_id)) => run_id,
             Ok(None) => return,
             Err(error) => {
                 tracing::warn!(session = %self.backend_id, "cannot tell whether the writer is alive: {}", error.message);
                 return;
             }
-        }
+        };
         // The settling run needs the conversation's agent (its model's pricing, its tools); it
         // is built as for a turn with the session's settings and no input.
         let turn = TurnRequest {
@@ -164,9 +174,51 @@ impl Core {
                 return;
             }
         };
-        if let Err(error) = settle_dead_runs(&prepared.built.agent, &self.backend_id).await {
-            tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {}", error.message);
+        match settle_dead_runs(&prepared.built.agent, &self.backend_id).await {
+            Ok(Some(_)) => {
+                // Kept to be said again to the clients watching (see `show_settled`).
+                let run = RunRef {
+                    session_id: self.backend_id.clone(),
+                    run_id: dead,
+                };
+                if let Ok(Some(record)) = store.get_run(&run).await {
+                    let settled = read_run(store.as_ref(), &self.backend_id, record).await;
+                    super::lock(&self.state).settled = settled;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(session = %self.backend_id, "the run of a stopped process is left unsettled: {}", error.message);
+            }
         }
+    }
+
+    /// Says the turn of a run settled when the session opened, as it ended: started again with
+    /// its parts rebuilt from the stored events and ended with the run's failure (the daemon
+    /// stopped). Done for the clients the host opened the session for; a turn handed first
+    /// drops it, since the host then shows that turn as the running one, and the settled turn
+    /// reads back from the store as failed the next time the session opens.
+    pub(super) fn show_settled(self: &Arc<Self>, state: &mut State) {
+        let Some(settled) = state.settled.take() else {
+            return;
+        };
+        let turn = settled.turn(super::lock(&self.settings).clone());
+        let mut mapper = match self.prepare(&turn) {
+            Ok(prepared) => prepared.mapper,
+            Err(sentence) => {
+                self.ctx.emit(started(&settled));
+                self.ctx
+                    .emit(act::turn_error(&turn.turn_id, 0, &sentence, false));
+                return;
+            }
+        };
+        self.ctx.emit(started(&settled));
+        for event in &settled.events {
+            for action in mapper.map(event) {
+                self.ctx.emit(action);
+            }
+        }
+        self.ctx.emit(act::activity(None));
     }
 
     /// Reattaches the paused run, if the session still holds one. `replaced_by` is the turn the
@@ -238,6 +290,12 @@ impl Core {
         }
         match (&pending, replaced_by) {
             (Some(body), None) => {
+                state.reasked = Some(Reasked {
+                    handle: handle.clone(),
+                    request_id: request_of(body).unwrap_or_default(),
+                    what: what_of(body),
+                    turn_id: turn.turn_id.clone(),
+                });
                 self.raise(
                     &handle,
                     body,
@@ -254,54 +312,27 @@ impl Core {
                         "The request".to_owned(),
                     )
                 };
-                let (request_id, what) = match pending {
+                let (request_id, what) = match pending.as_ref().and_then(request_of) {
+                    Some(request_id) => (
+                        request_id,
+                        pending
+                            .as_ref()
+                            .map_or_else(|| "The request".to_owned(), what_of),
+                    ),
                     None => unannounced(),
-                    Some(body) => match body {
-                        EventBody::ApprovalRequested {
-                            request_id, name, ..
-                        } => (request_id.clone(), format!("The approval of \"{name}\"")),
-                        EventBody::InputRequested { request_id, .. } => {
-                            (request_id.clone(), "The question".to_owned())
-                        }
-                        _ => unannounced(),
-                    },
                 };
                 // Said on the new turn, so the person knows what became of the request.
-                self.ctx.emit(act::notice(
-                    &replacing.turn_id,
-                    &format!(
-                        "{what} left waiting when the daemon stopped was declined: a newer \
-                         message replaced it."
-                    ),
-                ));
-                // `resume()` takes the answer before it has finished reading the run.
-                let handle = handle.clone();
-                tokio::spawn(async move {
-                    let mut events = Box::pin(handle.events());
-                    let deny = Command::Deny {
-                        request_id: request_id.clone(),
-                        reason: Some(REPLACED.to_owned()),
-                    };
-                    if let Err(error) = handle.submit(deny).await {
-                        tracing::warn!("the replaced run's request stays open: {}", error.message);
-                    }
-                    // The run may go on to answer, but not to ask again: unseen, its next
-                    // approval or question would wait on nobody while the newer turn waits
-                    // behind it. It is cancelled at such an ask.
-                    while let Some(event) = events.next().await {
-                        if let EventBody::ApprovalRequested {
-                            request_id: asked, ..
-                        }
-                        | EventBody::InputRequested {
-                            request_id: asked, ..
-                        } = &event.body
-                            && *asked != request_id
-                        {
-                            handle.cancel(Some(REPLACED.to_owned()));
-                            break;
-                        }
-                    }
-                });
+                self.ctx
+                    .emit(act::notice(&replacing.turn_id, &declined_notice(&what)));
+                self.supersede(
+                    Reasked {
+                        handle: handle.clone(),
+                        request_id,
+                        what,
+                        turn_id: String::new(),
+                    },
+                    "",
+                );
             }
             (None, None) => {}
         }
@@ -319,6 +350,106 @@ impl Core {
             },
         );
     }
+}
+
+/// A reopened run's request put to the host (its turn shown), or held unseen for a turn that
+/// takes its place.
+pub(crate) struct Reasked {
+    handle: cofold_agents::run::RunHandle,
+    request_id: String,
+    /// How the notice names the request.
+    what: String,
+    /// The reopened turn when it is shown; empty when it never was.
+    turn_id: String,
+}
+
+impl Core {
+    /// Declines the reopened run's request for the turn `replacing` (whose notice is said here
+    /// when the reopened turn was shown; otherwise the caller has said it), and cancels the run
+    /// should it ask anything more. A request the host answered meanwhile is left as answered:
+    /// the turn then waits behind the run like any turn handed to a busy chat.
+    pub(super) fn supersede(self: &Arc<Self>, reasked: Reasked, replacing: &str) {
+        let Reasked {
+            handle,
+            request_id,
+            what,
+            turn_id,
+        } = reasked;
+        let core = self.clone();
+        let replacing = replacing.to_owned();
+        // `resume()` takes the answer before it has finished reading the run.
+        tokio::spawn(async move {
+            let mut events = Box::pin(handle.events());
+            let deny = Command::Deny {
+                request_id: request_id.clone(),
+                reason: Some(REPLACED.to_owned()),
+            };
+            match handle.submit(deny).await {
+                Ok(()) if !turn_id.is_empty() => {
+                    core.ctx
+                        .emit(act::notice(&replacing, &declined_notice(&what)));
+                    // The shown turn ends for the host, which withdraws the request it still
+                    // shows; the run goes on unseen.
+                    core.ctx.emit(StateAction::ChatTurnCancelled(
+                        ahp_types::actions::ChatTurnCancelledAction {
+                            turn_id,
+                            duration: 0,
+                            meta: None,
+                        },
+                    ));
+                }
+                Ok(()) => {}
+                Err(error) if !turn_id.is_empty() => {
+                    // Answered meanwhile: nothing was declined, and the run goes on as asked.
+                    tracing::debug!("the reopened request was answered first: {}", error.message);
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!("the replaced run's request stays open: {}", error.message);
+                }
+            }
+            // The run may go on to answer, but not to ask again: unseen, its next approval or
+            // question would wait on nobody while the newer turn waits behind it. It is
+            // cancelled at such an ask.
+            while let Some(event) = events.next().await {
+                if let EventBody::ApprovalRequested {
+                    request_id: asked, ..
+                }
+                | EventBody::InputRequested {
+                    request_id: asked, ..
+                } = &event.body
+                    && *asked != request_id
+                {
+                    handle.cancel(Some(REPLACED.to_owned()));
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// The request an ask event puts.
+fn request_of(body: &EventBody) -> Option<String> {
+    match body {
+        EventBody::ApprovalRequested { request_id, .. }
+        | EventBody::InputRequested { request_id, .. } => Some(request_id.clone()),
+        _ => None,
+    }
+}
+
+/// How a notice names the request an ask event puts.
+fn what_of(body: &EventBody) -> String {
+    match body {
+        EventBody::ApprovalRequested { name, .. } => format!("The approval of \"{name}\""),
+        EventBody::InputRequested { .. } => "The question".to_owned(),
+        _ => "The request".to_owned(),
+    }
+}
+
+fn declined_notice(what: &str) -> String {
+    format!(
+        "{what} left waiting when the daemon stopped was declined: a newer message replaced it."
+    )
 }
 
 /// The reopened turn said again, as it started.

@@ -15,3 +15,4 @@ mod support;
 mod thinking_provider;
 mod tools;
 mod turns;
+mod watched;

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::support::*;
 
-fn options(store: &Path, ep: &testkit::Endpoint) -> Value {
+pub(super) fn options(store: &Path, ep: &testkit::Endpoint) -> Value {
     json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" })
 }
 
@@ -61,21 +61,32 @@ async fn pause_then_stop(place: &Place, options: Value, id: &str) {
 
 /// A first daemon stopped while its turn `t1` ("write a.txt") waits for approval of a
 /// `write_file` of `a.txt` with `content`; the endpoint answers `then` after that first call.
-struct Paused {
-    place: Place,
-    store: PathBuf,
-    ep: testkit::Endpoint,
-    id: String,
+pub(super) struct Paused {
+    pub(super) place: Place,
+    pub(super) store: PathBuf,
+    pub(super) ep: testkit::Endpoint,
+    pub(super) id: String,
 }
 
-async fn paused(prefix: &str, content: &str, then: Vec<testkit::Reply>) -> Paused {
-    let place = Place::new();
-    let store = place.home.join("store");
-    let mut replies = vec![call(
+pub(super) async fn paused(prefix: &str, content: &str, then: Vec<testkit::Reply>) -> Paused {
+    let first = call(
         "c1",
         "write_file",
         json!({ "path": "a.txt", "content": content }),
-    )];
+    );
+    paused_at(prefix, first, then).await
+}
+
+/// Like [`paused`], with `first` as the model's first answer to `t1` (which must wait on a
+/// person).
+pub(super) async fn paused_at(
+    prefix: &str,
+    first: testkit::Reply,
+    then: Vec<testkit::Reply>,
+) -> Paused {
+    let place = Place::new();
+    let store = place.home.join("store");
+    let mut replies = vec![first];
     replies.extend(then);
     let ep = endpoint(replies);
     let id = fresh_id(prefix);
@@ -94,8 +105,20 @@ impl Paused {
     }
 
     /// A second host over the same store, and a client watching the paused session.
-    async fn second_host(&self) -> (TestHost, Watch) {
+    pub(super) async fn second_host(&self) -> (TestHost, Watch) {
         let second = Arc::new(agent(self.options(), self.place.embedder()));
+        self.second_host_with(second).await
+    }
+
+    /// [`Paused::second_host`], whose host does not open the backend for the subscribe, so the
+    /// paused run waits for the host's first call (as with an agent that does not say its
+    /// conversations hold unfinished work).
+    async fn second_host_unwatched(&self) -> (TestHost, Watch) {
+        let second = Arc::new(Unwatched(agent(self.options(), self.place.embedder())));
+        self.second_host_with(second).await
+    }
+
+    async fn second_host_with(&self, second: Arc<dyn Agent>) -> (TestHost, Watch) {
         let th = host(vec![second]).await;
         let client = client(&th.url, "later").await;
         let w = Watch::subscribe(client, &format!("cofold:/{}", self.id)).await;
@@ -103,7 +126,47 @@ impl Paused {
     }
 }
 
-fn runs_of(store: &Path) -> FileStore {
+/// The cofold agent, but for [`Agent::unfinished`], which keeps its default.
+struct Unwatched(CofoldAgent);
+
+#[async_trait::async_trait]
+impl Agent for Unwatched {
+    fn descriptor(&self) -> ahpd_sdk::agent::AgentDescriptor {
+        self.0.descriptor()
+    }
+    fn config_schema(&self, dir: Option<&Path>) -> ahp_types::state::SessionConfigSchema {
+        self.0.config_schema(dir)
+    }
+    fn config_defaults(&self, dir: Option<&Path>) -> ahp_types::common::JsonObject {
+        self.0.config_defaults(dir)
+    }
+    fn validate_config(
+        &self,
+        values: &ahp_types::common::JsonObject,
+    ) -> Result<(), ahpd_sdk::agent::Refusal> {
+        self.0.validate_config(values)
+    }
+    async fn create(
+        &self,
+        start: SessionStart,
+    ) -> Result<Box<dyn Session>, ahpd_sdk::agent::AgentError> {
+        self.0.create(start).await
+    }
+    async fn probe(&self) -> ahpd_sdk::agent::Probe {
+        self.0.probe().await
+    }
+    async fn list(&self) -> Vec<ahpd_sdk::agent::PastSession> {
+        self.0.list().await
+    }
+    async fn find(&self, id: &str) -> Option<ahpd_sdk::agent::PastSession> {
+        self.0.find(id).await
+    }
+    async fn transcript(&self, id: &str) -> Option<Vec<ahp_types::state::Turn>> {
+        self.0.transcript(id).await
+    }
+}
+
+pub(super) fn runs_of(store: &Path) -> FileStore {
     FileStore::open(store.to_path_buf(), FileStoreOptions::default()).expect("store opens")
 }
 
@@ -195,7 +258,7 @@ async fn until_end(probe: &mut ContextProbe, seen: &mut Vec<StateAction>) -> Sta
     }
 }
 
-async fn check_one_completed_run(store: &Path, id: &str) {
+pub(super) async fn check_one_completed_run(store: &Path, id: &str) {
     let store = runs_of(store);
     let runs = store.list_runs(id, None).await.unwrap();
     assert_eq!(runs.len(), 1, "one run: {runs:?}");
@@ -324,7 +387,7 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
         id,
     } = &p;
 
-    let (th, mut w) = p.second_host().await;
+    let (th, mut w) = p.second_host_unwatched().await;
     assert!(w.chat_state().turns.is_empty());
     assert!(w.chat_state().active_turn.is_none());
     w.send("t2", "something else").await;
@@ -371,7 +434,7 @@ async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host()
         id,
     } = &p;
 
-    let (th, mut w) = p.second_host().await;
+    let (th, mut w) = p.second_host_unwatched().await;
     assert!(w.chat_state().active_turn.is_none());
     let change: StateAction = serde_json::from_value(
         json!({ "type": "session/configChanged", "config": { "permissionMode": "default" } }),
@@ -428,7 +491,7 @@ async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host()
 }
 
 /// The first file named `name` under `dir`.
-fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+pub(super) fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
         if path.is_dir() {

@@ -149,3 +149,35 @@ async fn a_turn_id_from_an_unloaded_page_is_refused() {
     let reason = env.rejection_reason.expect("refused");
     assert!(reason.contains("already used"), "{reason}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_opens_the_backend_of_a_conversation_with_unfinished_work_beside_the_answer() {
+    // The agent hangs opening it: the subscribe is answered anyway, and the open was asked for
+    // without any turn or command.
+    let agent = ScriptedAgent::new()
+        .with_history("slow", 1)
+        .unfinished(&["slow"])
+        .hanging_create_for(&["mock:/slow"]);
+    let th = start_with(agent.clone(), |b| b).await;
+    let (_a, _w, snap) = following(&th, "mock:/slow").await;
+    assert!(matches!(snap.state, SnapshotState::Session(_)));
+    let opens = agent.until_opens(1).await;
+    assert_eq!(opens[0].1.as_deref(), Some("slow"));
+    assert!(agent.watched().is_empty(), "nothing opened yet to watch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opened_backend_with_no_turn_waiting_is_told_it_is_watched() {
+    let agent = ScriptedAgent::new()
+        .with_history("paused", 1)
+        .with_history("done", 1)
+        .unfinished(&["paused"]);
+    let th = start_with(agent.clone(), |b| b).await;
+    // A finished conversation is browsed without a backend.
+    let _done = following(&th, "mock:/done").await;
+    let _paused = following(&th, "mock:/paused").await;
+    assert_eq!(agent.until_watched(1).await, vec!["paused".to_owned()]);
+    let opens = agent.opens();
+    assert_eq!(opens.len(), 1, "only the unfinished one opens: {opens:?}");
+    assert_eq!(opens[0].1.as_deref(), Some("paused"));
+}
