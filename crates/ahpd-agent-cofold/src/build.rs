@@ -271,7 +271,10 @@ impl AgentCore {
                         .as_ref()
                         .and_then(|p| p.headers.clone())
                         .unwrap_or_default();
-                    let settings = copapo.settings_of(connection.provider.as_ref());
+                    let mut settings = copapo.settings_of(connection.provider.as_ref());
+                    // The agent's own limits win over its provider's for its requests alone; the
+                    // transport cache keys on the settings, so other agents keep theirs.
+                    settings.limits = self.options.model_timeouts.over(settings.limits);
                     let url = &connection.base_url;
                     let provider = self
                         .shared
