@@ -13,12 +13,13 @@ use cofold_agents::question::ask_user_tool;
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
 use cofold_tools::standard::{StandardArgs, ToolsConfig, standard_capabilities};
+use cofold_tools::web::ClientSource;
 use serde_json::Value;
 
 use crate::models::{
     Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point, resolve_connection,
 };
-use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder};
+use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder, Environment};
 
 /// What one agent (one record) shares with all its sessions.
 pub struct AgentCore {
@@ -121,6 +122,17 @@ pub struct TurnAgent {
     pub memory_dir: Option<PathBuf>,
     /// Whether the model takes images (its catalogue entry says so).
     pub images: bool,
+}
+
+/// The web tools' client source: `network`'s proxy and certificates, with the proxy variables
+/// read from the agent's environment when `network` names no other.
+fn web_client(mut network: cofold_openai::Network, env: &Environment) -> ClientSource {
+    if network.env.is_none() {
+        network.env = Some(env.vars.clone());
+    }
+    ClientSource::new(move || {
+        cofold_openai::net::client_builder(&network).map_err(|e| e.message.clone())
+    })
 }
 
 fn effort_of(level: Option<&str>) -> Option<ReasoningEffort> {
@@ -237,6 +249,9 @@ impl AgentCore {
             ..ModelParams::default()
         };
         let mut images = false;
+        // The web tools go out the way the turn's model requests do: its provider's proxy and
+        // extra certificates, and the agent's proxy variables.
+        let mut network = cofold_openai::Network::default();
         let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) =
             match &self.embedder.adapter {
                 Some(adapter) => (
@@ -275,6 +290,7 @@ impl AgentCore {
                     // The agent's own limits win over its provider's for its requests alone; the
                     // transport cache keys on the settings, so other agents keep theirs.
                     settings.limits = self.options.model_timeouts.over(settings.limits);
+                    network = settings.network.clone();
                     let url = &connection.base_url;
                     let provider = self
                         .shared
@@ -341,6 +357,7 @@ impl AgentCore {
                 // Commands get the agent's environment (the process's, unless an embedder
                 // gave another), filtered by `tools.shell.env`.
                 env: Some(self.env.vars.clone().into_iter().collect()),
+                web_client: Some(web_client(network, &self.env)),
             },
         );
         let mut builder = CofoldRuntime::builder("cofold", instructions, adapter)
