@@ -405,3 +405,112 @@ impl AgentCore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use cofold_tools::web::{Fetch, FetchRequest, ReqwestFetch};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A loopback listener answering `200 ok`; the first line of each request it saw.
+    async fn listener() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                record.lock().unwrap().push(line);
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            }
+        });
+        (port, seen)
+    }
+
+    fn env(vars: &[(&str, String)]) -> Environment {
+        Environment {
+            vars: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect::<HashMap<_, _>>(),
+            home: PathBuf::from("/"),
+        }
+    }
+
+    /// A request pinned to loopback, as web_fetch sends it after its check.
+    async fn send(source: ClientSource, port: u16) -> Result<u16, String> {
+        let request = FetchRequest {
+            method: reqwest::Method::GET,
+            url: format!("http://site.invalid:{port}/").parse().unwrap(),
+            headers: Vec::new(),
+            body: None,
+            connect_to: Some(vec!["127.0.0.1".parse().unwrap()]),
+        };
+        let response = ReqwestFetch::with_source(source).fetch(request).await;
+        response.map(|r| r.status).map_err(|e| e.reason())
+    }
+
+    #[tokio::test]
+    async fn the_web_tools_read_the_agents_proxy_variables() {
+        let (proxy, proxied) = listener().await;
+        let (port, direct) = listener().await;
+        let proxy_url = format!("http://127.0.0.1:{proxy}");
+        let through = web_client(
+            cofold_openai::Network::default(),
+            &env(&[("http_proxy", proxy_url.clone())]),
+        );
+        assert_eq!(send(through, port).await, Ok(200));
+        assert_eq!(
+            *proxied.lock().unwrap(),
+            [format!("GET http://site.invalid:{port}/ HTTP/1.1")]
+        );
+        assert!(direct.lock().unwrap().is_empty());
+
+        let exempt = web_client(
+            cofold_openai::Network::default(),
+            &env(&[
+                ("HTTP_PROXY", proxy_url),
+                ("NO_PROXY", "site.invalid".to_owned()),
+            ]),
+        );
+        assert_eq!(send(exempt, port).await, Ok(200));
+        assert_eq!(*direct.lock().unwrap(), ["GET / HTTP/1.1"]);
+        assert_eq!(proxied.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_extra_ca_file_is_the_fetchs_sentence() {
+        let network = cofold_openai::Network {
+            extra_ca_certs: Some(PathBuf::from("/nonexistent/ca.pem")),
+            ..cofold_openai::Network::default()
+        };
+        let sent = send(web_client(network, &env(&[])), 9).await;
+        assert!(
+            sent.as_ref()
+                .is_err_and(|e| e.starts_with("extraCaCerts /nonexistent/ca.pem cannot be read")),
+            "{sent:?}"
+        );
+    }
+}
