@@ -419,8 +419,8 @@ mod tests {
 
     /// A loopback listener answering `200 ok`; the first line of each request it saw.
     async fn listener() -> (u16, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let record = seen.clone();
         tokio::spawn(async move {
@@ -438,7 +438,7 @@ mod tests {
                     .next()
                     .unwrap_or("")
                     .to_owned();
-                record.lock().unwrap().push(line);
+                record.lock().expect("lock").push(line);
                 let _ = socket
                     .write_all(
                         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
@@ -463,10 +463,12 @@ mod tests {
     async fn send(source: ClientSource, port: u16) -> Result<u16, String> {
         let request = FetchRequest {
             method: reqwest::Method::GET,
-            url: format!("http://site.invalid:{port}/").parse().unwrap(),
+            url: format!("http://site.invalid:{port}/")
+                .parse()
+                .expect("parses"),
             headers: Vec::new(),
             body: None,
-            connect_to: Some(vec!["127.0.0.1".parse().unwrap()]),
+            connect_to: Some(vec!["127.0.0.1".parse().expect("parses")]),
         };
         let response = ReqwestFetch::with_source(source).fetch(request).await;
         response.map(|r| r.status).map_err(|e| e.reason())
@@ -483,10 +485,10 @@ mod tests {
         );
         assert_eq!(send(through, port).await, Ok(200));
         assert_eq!(
-            *proxied.lock().unwrap(),
+            *proxied.lock().expect("lock"),
             [format!("GET http://site.invalid:{port}/ HTTP/1.1")]
         );
-        assert!(direct.lock().unwrap().is_empty());
+        assert!(direct.lock().expect("lock").is_empty());
 
         let exempt = web_client(
             cofold_openai::Network::default(),
@@ -496,8 +498,8 @@ mod tests {
             ]),
         );
         assert_eq!(send(exempt, port).await, Ok(200));
-        assert_eq!(*direct.lock().unwrap(), ["GET / HTTP/1.1"]);
-        assert_eq!(proxied.lock().unwrap().len(), 1);
+        assert_eq!(*direct.lock().expect("lock"), ["GET / HTTP/1.1"]);
+        assert_eq!(proxied.lock().expect("lock").len(), 1);
     }
 
     #[tokio::test]
