@@ -113,6 +113,7 @@ async fn baseline(setup: &Setup, turns: usize, ep: &Endpoint, dir: &Path) -> Vec
             workspace: dir.to_path_buf(),
             memory_dir,
             env: None,
+            web_client: None,
         },
     ) {
         builder = builder.capability(capability);

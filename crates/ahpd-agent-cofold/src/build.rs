@@ -13,12 +13,13 @@ use cofold_agents::question::ask_user_tool;
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
 use cofold_tools::standard::{StandardArgs, ToolsConfig, standard_capabilities};
+use cofold_tools::web::ClientSource;
 use serde_json::Value;
 
 use crate::models::{
     Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point, resolve_connection,
 };
-use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder};
+use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder, Environment};
 
 /// What one agent (one record) shares with all its sessions.
 pub struct AgentCore {
@@ -121,6 +122,17 @@ pub struct TurnAgent {
     pub memory_dir: Option<PathBuf>,
     /// Whether the model takes images (its catalogue entry says so).
     pub images: bool,
+}
+
+/// The web tools' client source: `network`'s proxy and certificates, with the proxy variables
+/// read from the agent's environment when `network` names no other.
+fn web_client(mut network: cofold_openai::Network, env: &Environment) -> ClientSource {
+    if network.env.is_none() {
+        network.env = Some(env.vars.clone());
+    }
+    ClientSource::new(move || {
+        cofold_openai::net::client_builder(&network).map_err(|e| e.message.clone())
+    })
 }
 
 fn effort_of(level: Option<&str>) -> Option<ReasoningEffort> {
@@ -237,6 +249,9 @@ impl AgentCore {
             ..ModelParams::default()
         };
         let mut images = false;
+        // The web tools go out the way the turn's model requests do: its provider's proxy and
+        // extra certificates, and the agent's proxy variables.
+        let mut network = cofold_openai::Network::default();
         let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) =
             match &self.embedder.adapter {
                 Some(adapter) => (
@@ -271,7 +286,11 @@ impl AgentCore {
                         .as_ref()
                         .and_then(|p| p.headers.clone())
                         .unwrap_or_default();
-                    let settings = copapo.settings_of(connection.provider.as_ref());
+                    let mut settings = copapo.settings_of(connection.provider.as_ref());
+                    // The agent's own limits win over its provider's for its requests alone; the
+                    // transport cache keys on the settings, so other agents keep theirs.
+                    settings.limits = self.options.model_timeouts.over(settings.limits);
+                    network = settings.network.clone();
                     let url = &connection.base_url;
                     let provider = self
                         .shared
@@ -338,6 +357,7 @@ impl AgentCore {
                 // Commands get the agent's environment (the process's, unless an embedder
                 // gave another), filtered by `tools.shell.env`.
                 env: Some(self.env.vars.clone().into_iter().collect()),
+                web_client: Some(web_client(network, &self.env)),
             },
         );
         let mut builder = CofoldRuntime::builder("cofold", instructions, adapter)
@@ -383,5 +403,116 @@ impl AgentCore {
             memory_dir,
             images,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use cofold_tools::web::{Fetch, FetchRequest, ReqwestFetch};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A loopback listener answering `200 ok`; the first line of each request it saw.
+    async fn listener() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                record.lock().expect("lock").push(line);
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            }
+        });
+        (port, seen)
+    }
+
+    fn env(vars: &[(&str, String)]) -> Environment {
+        Environment {
+            vars: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect::<HashMap<_, _>>(),
+            home: PathBuf::from("/"),
+        }
+    }
+
+    /// A request pinned to loopback, as web_fetch sends it after its check.
+    async fn send(source: ClientSource, port: u16) -> Result<u16, String> {
+        let request = FetchRequest {
+            method: reqwest::Method::GET,
+            url: format!("http://site.invalid:{port}/")
+                .parse()
+                .expect("parses"),
+            headers: Vec::new(),
+            body: None,
+            connect_to: Some(vec!["127.0.0.1".parse().expect("parses")]),
+        };
+        let response = ReqwestFetch::with_source(source).fetch(request).await;
+        response.map(|r| r.status).map_err(|e| e.reason())
+    }
+
+    #[tokio::test]
+    async fn the_web_tools_read_the_agents_proxy_variables() {
+        let (proxy, proxied) = listener().await;
+        let (port, direct) = listener().await;
+        let proxy_url = format!("http://127.0.0.1:{proxy}");
+        let through = web_client(
+            cofold_openai::Network::default(),
+            &env(&[("http_proxy", proxy_url.clone())]),
+        );
+        assert_eq!(send(through, port).await, Ok(200));
+        assert_eq!(
+            *proxied.lock().expect("lock"),
+            [format!("GET http://site.invalid:{port}/ HTTP/1.1")]
+        );
+        assert!(direct.lock().expect("lock").is_empty());
+
+        let exempt = web_client(
+            cofold_openai::Network::default(),
+            &env(&[
+                ("HTTP_PROXY", proxy_url),
+                ("NO_PROXY", "site.invalid".to_owned()),
+            ]),
+        );
+        assert_eq!(send(exempt, port).await, Ok(200));
+        assert_eq!(*direct.lock().expect("lock"), ["GET / HTTP/1.1"]);
+        assert_eq!(proxied.lock().expect("lock").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_extra_ca_file_is_the_fetchs_sentence() {
+        let network = cofold_openai::Network {
+            extra_ca_certs: Some(PathBuf::from("/nonexistent/ca.pem")),
+            ..cofold_openai::Network::default()
+        };
+        let sent = send(web_client(network, &env(&[])), 9).await;
+        assert!(
+            sent.as_ref()
+                .is_err_and(|e| e.starts_with("extraCaCerts /nonexistent/ca.pem cannot be read")),
+            "{sent:?}"
+        );
     }
 }

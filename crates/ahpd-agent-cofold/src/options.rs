@@ -49,6 +49,50 @@ pub struct CofoldOptions {
     pub catalogue_timeout_ms: u64,
     /// Whether the host's own tools reach this agent's sessions.
     pub host_tools: bool,
+    /// Time limits of this agent's model requests, over the provider's own.
+    pub model_timeouts: ModelTimeouts,
+}
+
+/// The `modelTimeouts` option: each limit set here replaces the provider's for this agent's
+/// requests; an absent one keeps the provider's. A value of 0 means no limit, as in a copapo
+/// provider entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelTimeouts {
+    /// `connectMs`.
+    pub connect_ms: Option<u64>,
+    /// `firstByteMs`.
+    pub first_byte_ms: Option<u64>,
+    /// `idleMs`.
+    pub idle_ms: Option<u64>,
+    /// `wholeMs`.
+    pub whole_ms: Option<u64>,
+}
+
+impl ModelTimeouts {
+    fn from_value(value: Option<&Value>) -> ModelTimeouts {
+        let ms = |key: &str| value.and_then(|v| v.get(key)).and_then(Value::as_u64);
+        ModelTimeouts {
+            connect_ms: ms("connectMs"),
+            first_byte_ms: ms("firstByteMs"),
+            idle_ms: ms("idleMs"),
+            whole_ms: ms("wholeMs"),
+        }
+    }
+
+    /// `limits` with the values set here put over them.
+    pub fn over(&self, limits: cofold_openai::TimeLimits) -> cofold_openai::TimeLimits {
+        let pick = |mine: Option<u64>, theirs: Option<std::time::Duration>| match mine {
+            Some(0) => None,
+            Some(ms) => Some(std::time::Duration::from_millis(ms)),
+            None => theirs,
+        };
+        cofold_openai::TimeLimits {
+            connect: pick(self.connect_ms, limits.connect),
+            first_byte: pick(self.first_byte_ms, limits.first_byte),
+            idle: pick(self.idle_ms, limits.idle),
+            whole: pick(self.whole_ms, limits.whole),
+        }
+    }
 }
 
 impl std::fmt::Debug for CofoldOptions {
@@ -113,6 +157,7 @@ impl CofoldOptions {
                 .get("hostTools")
                 .and_then(Value::as_bool)
                 .unwrap_or(true),
+            model_timeouts: ModelTimeouts::from_value(obj.get("modelTimeouts")),
         }
     }
 
@@ -325,7 +370,18 @@ pub fn options_schema() -> Value {
             "autoCompactTokens": { "type": "integer", "minimum": 1 },
             "autoCompactAt": { "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": DEFAULT_AUTO_COMPACT_AT },
             "catalogueTimeoutMs": { "type": "integer", "minimum": 1, "default": DEFAULT_CATALOGUE_TIMEOUT_MS },
-            "hostTools": { "type": "boolean", "default": true }
+            "hostTools": { "type": "boolean", "default": true },
+            "modelTimeouts": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "Time limits of this agent's model requests in milliseconds (0 for no limit), over the provider's own.",
+                "properties": {
+                    "connectMs": { "type": "integer", "minimum": 0 },
+                    "firstByteMs": { "type": "integer", "minimum": 0 },
+                    "idleMs": { "type": "integer", "minimum": 0 },
+                    "wholeMs": { "type": "integer", "minimum": 0 }
+                }
+            }
         },
         "if": { "properties": { "strictTools": { "const": false } }, "required": ["strictTools"] },
         "then": { "properties": { "tools": loose_tools } },

@@ -22,6 +22,9 @@
 //!   or put anything under `MEMORY.md`.
 //! - **Web**: [`web::is_internal`] refuses the IANA special-purpose ranges on every hop, and a
 //!   body is capped at [`web::MAX_FETCH_BYTES`].
+//!   Given a [`web::ClientSource`], requests may go through a proxy; the name is still checked
+//!   first, but the proxy then resolves it on its own (see [`web::ReqwestFetch`] and
+//!   SECURITY.md).
 //! - **Commands** cannot outlive their call and never see the daemon's secrets: see
 //!   [`shell::ShellEnv`] for the environment and the `shell` module for how a call's processes
 //!   are found and killed, and where that stops.

@@ -15,7 +15,7 @@ use crate::files::{FilesOptions, files};
 use crate::memory::{MemoryOptions, memory};
 use crate::search::{BraveOptions, DuckDuckGoOptions, TavilyOptions, brave, duckduckgo, tavily};
 use crate::shell::{ShellEnv, ShellOptions, shell};
-use crate::web::{WebOptions, web};
+use crate::web::{ClientSource, Fetch, ReqwestFetch, WebOptions, web};
 
 /// The `tools` section of a program's configuration. An absent key is on; `{}` (the default) is
 /// files, shell and web.
@@ -341,6 +341,9 @@ pub struct StandardArgs {
     pub memory_dir: Option<PathBuf>,
     /// The environment commands' variables are filtered from; `None` is the process's own.
     pub env: Option<Vec<(String, String)>>,
+    /// Where web_fetch and the search providers get their HTTP clients (proxies, certificates);
+    /// `None` uses no proxy.
+    pub web_client: Option<ClientSource>,
 }
 
 /// The capabilities a `tools` section asks for, in the order files, shell, web, memory.
@@ -375,10 +378,17 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
             ..ShellOptions::default()
         })));
     }
+    let transport = || -> Option<Arc<dyn Fetch>> {
+        let source = args.web_client.clone()?;
+        Some(Arc::new(ReqwestFetch::with_source(source)))
+    };
     match &config.web {
         Some(WebConfig::Enabled(false)) => {}
         None | Some(WebConfig::Enabled(true)) | Some(WebConfig::Options { search: None }) => {
-            out.push(Arc::new(web(WebOptions::default())));
+            out.push(Arc::new(web(WebOptions {
+                client: args.web_client.clone(),
+                ..WebOptions::default()
+            })));
         }
         Some(WebConfig::Options {
             search: Some(providers),
@@ -388,20 +398,21 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
                 .filter_map(|provider| match provider {
                     ProviderConfig::Brave { api_key } => Some(brave(BraveOptions {
                         api_key: api_key.clone(),
-                        fetch: None,
+                        fetch: transport(),
                     })),
                     ProviderConfig::Tavily { api_key } => Some(tavily(TavilyOptions {
                         api_key: api_key.clone(),
-                        fetch: None,
+                        fetch: transport(),
                     })),
                     ProviderConfig::DuckDuckGo(true) => {
-                        Some(duckduckgo(DuckDuckGoOptions::default()))
+                        Some(duckduckgo(DuckDuckGoOptions { fetch: transport() }))
                     }
                     ProviderConfig::DuckDuckGo(false) => None,
                 })
                 .collect();
             out.push(Arc::new(web(WebOptions {
                 search,
+                client: args.web_client.clone(),
                 ..WebOptions::default()
             })));
         }

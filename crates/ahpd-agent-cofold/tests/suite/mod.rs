@@ -1,3 +1,4 @@
+mod agent_limits;
 mod attachments;
 mod catalogue;
 mod clients;

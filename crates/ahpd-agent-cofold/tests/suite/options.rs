@@ -140,6 +140,7 @@ fn the_options_schema_names_the_seed_table_with_its_defaults() {
         "autoCompactAt",
         "catalogueTimeoutMs",
         "hostTools",
+        "modelTimeouts",
     ];
     expected.sort();
     assert_eq!(keys, expected);

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 pub use fetch::{ACCEPT, MAX_REDIRECTS, USER_AGENT, WebFetchError};
 pub use guard::{Lookup, SystemLookup, is_internal};
 pub use html::html_to_text;
-pub use transport::{Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch};
+pub use transport::{ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch};
 
 use crate::search::SearchProvider;
 use crate::shell::seconds;
@@ -41,8 +41,11 @@ pub struct WebOptions {
     /// Bytes of body web_fetch keeps when a call gives no `maxBytes` (default 262 144; at most
     /// [`MAX_FETCH_BYTES`]).
     pub max_bytes: usize,
-    /// The transport; `None` is [`ReqwestFetch`].
+    /// The transport; `None` is [`ReqwestFetch`], built from `client` when one is given.
     pub fetch: Option<Arc<dyn Fetch>>,
+    /// Where the default transport gets its client builders (proxies, certificates); `None`
+    /// uses no proxy.
+    pub client: Option<ClientSource>,
     /// The resolver; `None` is [`SystemLookup`].
     pub lookup: Option<Arc<dyn Lookup>>,
 }
@@ -54,6 +57,7 @@ impl Default for WebOptions {
             timeout_ms: 20_000,
             max_bytes: 262_144,
             fetch: None,
+            client: None,
             lookup: None,
         }
     }
@@ -67,6 +71,7 @@ impl fmt::Debug for WebOptions {
             .field("timeout_ms", &self.timeout_ms)
             .field("max_bytes", &self.max_bytes)
             .field("fetch", &self.fetch.is_some())
+            .field("client", &self.client.is_some())
             .field("lookup", &self.lookup.is_some())
             .finish()
     }
@@ -93,9 +98,12 @@ impl fmt::Debug for WebCapability {
 pub fn web(options: WebOptions) -> WebCapability {
     WebCapability {
         fetcher: Fetcher {
-            fetch: options
-                .fetch
-                .unwrap_or_else(|| Arc::new(ReqwestFetch::new())),
+            fetch: options.fetch.unwrap_or_else(|| {
+                Arc::new(match options.client {
+                    Some(source) => ReqwestFetch::with_source(source),
+                    None => ReqwestFetch::new(),
+                })
+            }),
             lookup: options.lookup.unwrap_or_else(|| Arc::new(SystemLookup)),
             timeout_ms: options.timeout_ms,
         },

@@ -1,9 +1,20 @@
 //! The HTTP transport seam (`Fetch`) and its default, a reqwest client that never follows
-//! redirects, ignores proxies and connects only to the addresses it is handed (S14–S16).
+//! redirects and connects only to the addresses it is handed (S14–S16).
+//!
+//! By itself the default transport uses no proxy at all. Given a [`ClientSource`] (the engine
+//! passes one made from the same network settings as its model client: proxy variables, an
+//! explicit proxy, extra CA certificates), it builds its clients from that instead. A request
+//! that a proxy then carries is still guarded by web_fetch before it is sent: the name is
+//! resolved and every address checked against the internal ranges, and a refused name never
+//! reaches the proxy. What the pin cannot do through a proxy is hold the connection to the
+//! checked addresses: the proxy resolves the name again on its own, so a name whose answer
+//! changes between the check and the proxy's lookup, and whatever the proxy itself can reach,
+//! are the proxy's to police. Hosts that `NO_PROXY` exempts are connected to directly and stay
+//! pinned.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -91,45 +102,109 @@ pub trait Fetch: Send + Sync {
     fn fetch(&self, req: FetchRequest) -> BoxFuture<'_, Result<FetchResponse, FetchError>>;
 }
 
-/// The default transport: reqwest with rustls, no redirects, no proxies, and, when the request
-/// carries `connect_to`, a resolver that knows only those addresses.
+/// Makes the client builders a [`ReqwestFetch`] starts from: proxies and trusted certificates
+/// set, nothing else. Called once per pinned request, as each pin needs a client of its own.
+type MakeBuilder = dyn Fn() -> Result<reqwest::ClientBuilder, String> + Send + Sync;
+
+/// Where a [`ReqwestFetch`] gets its client builders, so the web tools reach the network the
+/// way the rest of the process does (the engine builds one from its model client's settings).
+#[derive(Clone)]
+pub struct ClientSource(Arc<MakeBuilder>);
+
+impl ClientSource {
+    /// A source calling `make` for each builder; its error is the one-line reason a request
+    /// then fails with (an unusable proxy URL, an unreadable certificate file).
+    pub fn new(
+        make: impl Fn() -> Result<reqwest::ClientBuilder, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(make))
+    }
+}
+
+impl fmt::Debug for ClientSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The builder may hold a proxy's credentials: only say that one is there.
+        f.write_str("ClientSource")
+    }
+}
+
+/// Two sources are the same when they are clones of one another.
+impl PartialEq for ClientSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ClientSource {}
+
+/// The default transport: reqwest with rustls (the bundled and the system's roots), no
+/// redirects, and, when the request carries `connect_to`, a resolver that knows only those
+/// addresses. Without a [`ClientSource`] it uses no proxy.
+///
+/// With a source whose builders name a proxy, a pinned request the proxy applies to goes to the
+/// proxy with the URL's name: web_fetch has resolved and checked that name before, and refuses
+/// internal addresses before anything is sent, but the proxy resolves the name again and connects
+/// where it likes, so the pin does not hold through it. Hosts the proxy settings exempt
+/// (`NO_PROXY`) are connected to directly, at the checked addresses only.
 #[derive(Debug, Clone, Default)]
 pub struct ReqwestFetch {
-    _private: (),
+    source: Option<ClientSource>,
+    /// The client for unpinned requests of a transport with a source, built on first use.
+    shared: Arc<OnceLock<reqwest::Client>>,
 }
 
 impl ReqwestFetch {
-    /// A new default transport.
+    /// A new default transport, with no proxy.
     pub fn new() -> Self {
         Self::default()
     }
-}
 
-fn builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-}
-
-/// The client for unpinned requests (search providers), built once.
-fn shared_client() -> Result<reqwest::Client, FetchError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
-        return Ok(client.clone());
+    /// A transport whose clients start from `source`'s builders.
+    pub fn with_source(source: ClientSource) -> Self {
+        Self {
+            source: Some(source),
+            shared: Arc::default(),
+        }
     }
-    let client = builder().build().map_err(|e| describe(&e))?;
-    Ok(CLIENT.get_or_init(|| client).clone())
-}
 
-/// A client whose only answer for the URL's host is the checked set. The port in the pinned
-/// addresses is 0, so reqwest keeps the URL's own port.
-fn pinned_client(url: &url::Url, addresses: &[IpAddr]) -> Result<reqwest::Client, FetchError> {
-    let mut b = builder();
-    if let Some(url::Host::Domain(domain)) = url.host() {
-        let sockets: Vec<SocketAddr> = addresses.iter().map(|ip| SocketAddr::new(*ip, 0)).collect();
-        b = b.resolve_to_addrs(domain, &sockets);
+    fn builder(&self) -> Result<reqwest::ClientBuilder, FetchError> {
+        let b = match &self.source {
+            Some(source) => (source.0)().map_err(FetchError::message)?,
+            None => reqwest::Client::builder().no_proxy(),
+        };
+        Ok(b.redirect(reqwest::redirect::Policy::none()))
     }
-    b.build().map_err(|e| describe(&e))
+
+    /// The client for unpinned requests (search providers), built once.
+    fn shared_client(&self) -> Result<reqwest::Client, FetchError> {
+        static PLAIN: OnceLock<reqwest::Client> = OnceLock::new();
+        let cell = match &self.source {
+            Some(_) => self.shared.as_ref(),
+            None => &PLAIN,
+        };
+        if let Some(client) = cell.get() {
+            return Ok(client.clone());
+        }
+        let client = self.builder()?.build().map_err(|e| describe(&e))?;
+        Ok(cell.get_or_init(|| client).clone())
+    }
+
+    /// A client whose only answer for the URL's host is the checked set. The port in the pinned
+    /// addresses is 0, so reqwest keeps the URL's own port. A proxy that applies to the URL
+    /// gets the name instead and resolves it itself (see the module's notes).
+    fn pinned_client(
+        &self,
+        url: &url::Url,
+        addresses: &[IpAddr],
+    ) -> Result<reqwest::Client, FetchError> {
+        let mut b = self.builder()?;
+        if let Some(url::Host::Domain(domain)) = url.host() {
+            let sockets: Vec<SocketAddr> =
+                addresses.iter().map(|ip| SocketAddr::new(*ip, 0)).collect();
+            b = b.resolve_to_addrs(domain, &sockets);
+        }
+        b.build().map_err(|e| describe(&e))
+    }
 }
 
 impl Fetch for ReqwestFetch {
@@ -144,9 +219,9 @@ impl Fetch for ReqwestFetch {
                             "{ip} is not among the addresses this request may use"
                         )));
                     }
-                    pinned_client(&req.url, addresses)?
+                    self.pinned_client(&req.url, addresses)?
                 }
-                None => shared_client()?,
+                None => self.shared_client()?,
             };
             let mut request = client.request(req.method, req.url);
             for (name, value) in &req.headers {

@@ -19,3 +19,4 @@ mod tools_driver;
 mod web;
 mod web_fakes;
 mod web_guard;
+mod web_proxy;

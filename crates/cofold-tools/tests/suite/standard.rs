@@ -24,6 +24,7 @@ fn build(value: Value, memory_dir: Option<&Path>) -> Vec<Arc<dyn Capability>> {
             workspace: PathBuf::from("/srv/ws"),
             memory_dir: memory_dir.map(Path::to_path_buf),
             env: None,
+            web_client: None,
         },
     )
 }
@@ -133,6 +134,7 @@ async fn require_read_can_be_turned_off() {
         workspace: ws.clone(),
         memory_dir: None,
         env: None,
+        web_client: None,
     };
 
     let off = standard_capabilities(&config(json!({"files": {"requireRead": false}})), args());
