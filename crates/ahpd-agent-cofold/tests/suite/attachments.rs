@@ -147,24 +147,7 @@ async fn binary_files_are_described_and_pasted_files_of_one_name_are_all_kept() 
     assert!(request_text(&ep.chat_bodies()[1]).contains(&second.display().to_string()));
 
     // A chat forked from this one pastes into the session's folder too.
-    let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
-    let _: serde_json::Value = w
-        .client
-        .request(
-            "createChat",
-            json!({
-                "channel": w.session, "chat": fork_chat,
-                "source": { "kind": "fork", "chat": w.chat, "turnId": "t2" }
-            }),
-        )
-        .await
-        .expect("createChat");
-    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
-        .client
-        .subscribe(fork_chat.clone())
-        .await
-        .expect("subscribes");
-    w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
+    let fork_chat = w.fork("t2").await;
     w.client
         .dispatch(
             fork_chat.clone(),

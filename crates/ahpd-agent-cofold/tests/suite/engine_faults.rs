@@ -44,6 +44,19 @@ fn ended(a: &StateAction, turn: &str) -> bool {
     }
 }
 
+/// Approves call `c1` of `turn` in `chat` and waits for that turn to complete.
+async fn approve_to_completion(w: &mut Watch, chat: &str, turn: &str) {
+    w.client
+        .dispatch(chat.to_owned(), confirm(turn, "c1", None))
+        .await
+        .expect("confirm");
+    let end = w.until(|a| ended(a, turn)).await;
+    assert!(
+        matches!(end.action, StateAction::ChatTurnComplete(_)),
+        "{end:?}"
+    );
+}
+
 #[test]
 fn case_6_tools_files_no_is_refused_as_true_or_false() {
     // The daemon words a type error at `tools.files` as `must be true or false`; any other
@@ -147,24 +160,7 @@ async fn case_67_a_fork_point_the_store_lacks_fails_the_first_turn() {
     ));
     // Someone else removes the conversation: the fork point names a message no longer held.
     agent.delete(&id).await.expect("deleted");
-    let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
-    let _: Value = w
-        .client
-        .request(
-            "createChat",
-            json!({
-                "channel": w.session, "chat": fork_chat,
-                "source": { "kind": "fork", "chat": w.chat, "turnId": "t1" }
-            }),
-        )
-        .await
-        .expect("the chat is made");
-    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
-        .client
-        .subscribe(fork_chat.clone())
-        .await
-        .expect("subscribes");
-    w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
+    let fork_chat = w.fork("t1").await;
     w.client
         .dispatch(
             fork_chat.clone(),
@@ -233,15 +229,7 @@ async fn two_chats_asking_about_calls_of_one_id_are_both_answered() {
     // The second chat's call is under way before the first request is answered.
     w.until(|a| matches!(a, StateAction::ChatToolCallStart(s) if s.turn_id == "u1"))
         .await;
-    w.client
-        .dispatch(first.clone(), confirm("t1", "c1", None))
-        .await
-        .expect("confirm the first");
-    let end = w.until(|a| ended(a, "t1")).await;
-    assert!(
-        matches!(end.action, StateAction::ChatTurnComplete(_)),
-        "{end:?}"
-    );
+    approve_to_completion(&mut w, &first, "t1").await;
     assert_eq!(
         std::fs::read_to_string(place.work.join("a.txt")).unwrap(),
         "a"
@@ -250,15 +238,7 @@ async fn two_chats_asking_about_calls_of_one_id_are_both_answered() {
     if !w.envelopes.iter().any(|e| asked(&e.action, &other)) {
         w.until(|a| asked(a, &other)).await;
     }
-    w.client
-        .dispatch(other.clone(), confirm("u1", "c1", None))
-        .await
-        .expect("confirm the second");
-    let end = w.until(|a| ended(a, "u1")).await;
-    assert!(
-        matches!(end.action, StateAction::ChatTurnComplete(_)),
-        "{end:?}"
-    );
+    approve_to_completion(&mut w, &other, "u1").await;
     assert_eq!(
         std::fs::read_to_string(place.work.join("b.txt")).unwrap(),
         "b"

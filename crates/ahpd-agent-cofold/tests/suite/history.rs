@@ -225,25 +225,7 @@ async fn a_chat_forked_through_the_host_copies_the_conversation_through_its_turn
             StateAction::ChatTurnComplete(_)
         ));
     }
-    let fork_chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
-    let _: serde_json::Value = w
-        .client
-        .request(
-            "createChat",
-            json!({
-                "channel": w.session,
-                "chat": fork_chat,
-                "source": { "kind": "fork", "chat": w.chat, "turnId": "t2" }
-            }),
-        )
-        .await
-        .expect("createChat");
-    let (res, _sub): (ahp_types::commands::SubscribeResult, _) = w
-        .client
-        .subscribe(fork_chat.clone())
-        .await
-        .expect("subscribes");
-    w.mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
+    let fork_chat = w.fork("t2").await;
     w.client
         .dispatch(
             fork_chat.clone(),

@@ -213,6 +213,30 @@ impl Watch {
         Watch::subscribe(client, &session).await
     }
 
+    /// Forks this watch's chat at `turn` into a new chat of the session and subscribes to it.
+    pub async fn fork(&mut self, turn: &str) -> String {
+        let chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+        let _: Value = self
+            .client
+            .request(
+                "createChat",
+                json!({
+                    "channel": self.session, "chat": chat,
+                    "source": { "kind": "fork", "chat": self.chat, "turnId": turn }
+                }),
+            )
+            .await
+            .expect("createChat");
+        let (res, _sub): (SubscribeResult, _) = self
+            .client
+            .subscribe(chat.clone())
+            .await
+            .expect("subscribes");
+        self.mirror
+            .apply_snapshot(&res.snapshot.expect("a snapshot"));
+        chat
+    }
+
     pub async fn subscribe(client: Client, session: &str) -> Watch {
         let events = client.events();
         let chat = ahpd_sdk::util::default_chat_uri(session);
