@@ -88,24 +88,31 @@ fn thinking_endpoint() -> Endpoint {
         .expect("endpoint starts")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thinking_provider_runs_a_three_tool_turn_to_its_answer() {
-    let place = Place::new();
-    std::fs::write(place.work.join("note.txt"), "please bring tea\n").unwrap();
-    let ep = thinking_endpoint();
+/// A host whose agent asks `deepseek-reasoner` on `ep`, watched through a new session (id starting
+/// `prefix`) in `place`'s work folder, approving every call.
+async fn watch_reasoner(place: &Place, ep: &Endpoint, prefix: &str) -> (TestHost, Watch) {
     let agent = agent(
         json!({ "memory": true, "baseUrl": ep.base_url(), "model": "deepseek-reasoner" }),
         place.embedder(),
     );
     let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(
+    let w = Watch::create(
         &th,
         "cofold",
-        &fresh_id("thinking"),
+        &fresh_id(prefix),
         Some(&place.work),
         json!({ "permissionMode": "auto" }),
     )
     .await;
+    (th, w)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thinking_provider_runs_a_three_tool_turn_to_its_answer() {
+    let place = Place::new();
+    std::fs::write(place.work.join("note.txt"), "please bring tea\n").unwrap();
+    let ep = thinking_endpoint();
+    let (th, mut w) = watch_reasoner(&place, &ep, "thinking").await;
     w.send("t1", "What does the note ask for?").await;
     let end = w.end("t1").await;
     assert!(matches!(end, StateAction::ChatTurnComplete(_)), "{end:?}");
@@ -179,19 +186,7 @@ async fn a_thinking_provider_that_always_stops_short_fails_the_turn_naming_the_c
         })
         .start()
         .expect("endpoint starts");
-    let agent = agent(
-        json!({ "memory": true, "baseUrl": ep.base_url(), "model": "deepseek-reasoner" }),
-        place.embedder(),
-    );
-    let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(
-        &th,
-        "cofold",
-        &fresh_id("cut"),
-        Some(&place.work),
-        json!({ "permissionMode": "auto" }),
-    )
-    .await;
+    let (th, mut w) = watch_reasoner(&place, &ep, "cut").await;
     w.send("t1", "What is the answer?").await;
     match w.end("t1").await {
         StateAction::ChatError(e) => assert!(
