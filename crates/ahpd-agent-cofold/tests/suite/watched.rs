@@ -29,6 +29,19 @@ fn asks(w: &Watch) -> usize {
         .map_or(0, Vec::len)
 }
 
+/// Sends `reply` to the paused request of turn `t1`, which then completes, the mirror agreeing.
+async fn answer_to_completion(w: &mut Watch, th: &TestHost, reply: StateAction) {
+    w.client
+        .dispatch(w.chat.clone(), reply)
+        .await
+        .expect("dispatch");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    w.assert_mirror(th).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribing_alone_asks_a_paused_approval_again_and_its_answer_completes_the_run() {
     let p = paused("watched", "new", vec![text("written")]).await;
@@ -49,15 +62,7 @@ async fn subscribing_alone_asks_a_paused_approval_again_and_its_answer_completes
         "approved": true, "selectedOptionId": "allow-once"
     }))
     .unwrap();
-    w.client
-        .dispatch(w.chat.clone(), confirm)
-        .await
-        .expect("dispatch");
-    assert!(matches!(
-        w.end("t1").await,
-        StateAction::ChatTurnComplete(_)
-    ));
-    w.assert_mirror(&th).await;
+    answer_to_completion(&mut w, &th, confirm).await;
     assert_eq!(asks(&w), 0, "the request is gone once answered");
     assert_eq!(
         std::fs::read_to_string(p.place.work.join("a.txt")).unwrap(),
@@ -95,15 +100,7 @@ async fn subscribing_alone_asks_a_paused_question_again_and_its_answer_completes
         } },
     }))
     .unwrap();
-    w.client
-        .dispatch(w.chat.clone(), answer)
-        .await
-        .expect("dispatch");
-    assert!(matches!(
-        w.end("t1").await,
-        StateAction::ChatTurnComplete(_)
-    ));
-    w.assert_mirror(&th).await;
+    answer_to_completion(&mut w, &th, answer).await;
     let bodies = p.ep.chat_bodies();
     assert_eq!(bodies.len(), 2);
     assert!(
