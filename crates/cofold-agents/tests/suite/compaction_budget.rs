@@ -12,7 +12,7 @@ use cofold_agents::compaction::{default_estimate, estimate_messages};
 use cofold_agents::event::EventBody;
 use cofold_agents::message::{Message, MessageSource, Part};
 use cofold_agents::run::{CompactOptions, RunOptions, compact, run};
-use cofold_agents::store::{NewSession, RunStatus, Store};
+use cofold_agents::store::{RunStatus, Store};
 use cofold_agents::testing::{FakeCall, FakeModel, FakeStep};
 use cofold_agents::tool::{Tool, ToolDef, ToolError, ToolOutput, handler_fn};
 
@@ -44,14 +44,7 @@ fn big_tool() -> Tool {
 #[tokio::test]
 async fn a_history_over_the_summary_budget_is_summarized_in_chunks_that_cover_what_they_saw() {
     let store = memory();
-    store
-        .create_session(NewSession {
-            session_id: "s".into(),
-            agent_id: "a".into(),
-            workspace: None,
-        })
-        .await
-        .expect("session");
+    open_session(&store).await;
     // Twenty turns of about 100 tokens each, against a 600-token budget.
     let model = FakeModel::new(Vec::new());
     for n in 0..20 {

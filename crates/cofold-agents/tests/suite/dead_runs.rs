@@ -16,7 +16,7 @@ use cofold_agents::pairing::{
 };
 use cofold_agents::run::{RunOptions, run, settle_dead_runs};
 use cofold_agents::store::{
-    MemoryStore, NewSession, RunRecord, RunRef, RunStatus, StepRecord, StepStatus, Store, ToolStep,
+    MemoryStore, RunRecord, RunRef, RunStatus, StepRecord, StepStatus, Store, ToolStep,
 };
 use cofold_agents::testing::{FakeModel, FakeStep};
 use cofold_agents::usage::ZERO_USAGE;
@@ -53,22 +53,20 @@ fn two_calls() -> Message {
     .with_id("calls")
 }
 
+/// Opens session `s` with run `run_id` (input `in`) in `status`, holding the session's claim.
+async fn claimed_run(store: &MemoryStore, run_id: &str, status: RunStatus) {
+    open_session(store).await;
+    store
+        .create_run(record(run_id, status, "in"))
+        .await
+        .expect("run");
+    assert!(store.claim_writer("s", run_id).await.expect("claim"));
+}
+
 /// What a daemon killed during the first of two calls leaves: the record `running`, the claim
 /// held, the calls unanswered, the first call's step `started`. No task of this process runs it.
 async fn killed_during_a_call(store: &MemoryStore) {
-    store
-        .create_session(NewSession {
-            session_id: "s".into(),
-            agent_id: "a".into(),
-            workspace: None,
-        })
-        .await
-        .expect("session");
-    store
-        .create_run(record("dead", RunStatus::Running, "in"))
-        .await
-        .expect("run");
-    assert!(store.claim_writer("s", "dead").await.expect("claim"));
+    claimed_run(store, "dead", RunStatus::Running).await;
     let input = Message::user_text("do two things").with_id("in");
     store
         .append_messages("s", "dead", &[input, two_calls()])
@@ -222,19 +220,7 @@ fn echo_call_of(name: &str) -> FakeStep {
 async fn a_request_never_carries_a_call_without_its_result() {
     // A transcript damaged before this guard existed: a call left unanswered, then a new turn.
     let store = memory();
-    store
-        .create_session(NewSession {
-            session_id: "s".into(),
-            agent_id: "a".into(),
-            workspace: None,
-        })
-        .await
-        .expect("session");
-    store
-        .create_run(record("old", RunStatus::Failed, "in"))
-        .await
-        .expect("run");
-    assert!(store.claim_writer("s", "old").await.expect("claim"));
+    claimed_run(&store, "old", RunStatus::Failed).await;
     let messages = [
         Message::user_text("first").with_id("in"),
         two_calls(),

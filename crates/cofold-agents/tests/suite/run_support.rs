@@ -102,6 +102,18 @@ pub fn memory() -> Arc<MemoryStore> {
     Arc::new(MemoryStore::new())
 }
 
+/// Opens session `s` of agent `a` in `store`.
+pub async fn open_session(store: &MemoryStore) {
+    store
+        .create_session(NewSession {
+            session_id: "s".into(),
+            agent_id: "a".into(),
+            workspace: None,
+        })
+        .await
+        .expect("session");
+}
+
 /// A call step for echo with `text`.
 pub fn echo_call(text: &str) -> FakeStep {
     FakeStep::tool_call("echo", json!({ "text": text }))
