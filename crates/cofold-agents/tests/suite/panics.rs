@@ -18,7 +18,8 @@ use cofold_agents::hooks::{BeforeTool, Hooks, RunInfo};
 use cofold_agents::message::{Message, ToolCall};
 use cofold_agents::pairing::is_well_paired;
 use cofold_agents::run::{
-    INTERRUPT_MARKER, INTERRUPT_TOOL_TEXT, ResumeOptions, RunOptions, resume_with_signal, run,
+    INTERRUPT_MARKER, INTERRUPT_TOOL_TEXT, ResumeOptions, RunHandle, RunOptions,
+    resume_with_signal, run,
 };
 use cofold_agents::store::{RunRef, RunStatus, StepRecord, StepStatus, Store};
 use cofold_agents::testing::{FakeCall, FakeModel, FakeStep};
@@ -64,6 +65,14 @@ async fn settled_cleanly(store: &dyn Store, run_id: &str) -> Vec<Message> {
     messages
 }
 
+/// The run failed as internal with a message containing `says`, and was settled cleanly.
+async fn panicked(handle: &RunHandle, store: &dyn Store, says: &str) -> Vec<Message> {
+    let (code, message) = failed_with(&handle.outcome().await);
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.contains(says), "{message}");
+    settled_cleanly(store, handle.run_id()).await
+}
+
 #[tokio::test]
 async fn a_panic_in_a_tool_settles_the_run_and_the_session_goes_on() {
     let calls = vec![
@@ -80,13 +89,7 @@ async fn a_panic_in_a_tool_settles_the_run_and_the_session_goes_on() {
     let handle = run(&agent, RunOptions::new("s", "x"));
     let events = all_events(&handle).await;
     assert_eq!(types(&events).last(), Some(&"run.finished"));
-    let (code, message) = failed_with(&handle.outcome().await);
-    assert_eq!(code, ErrorCode::Internal);
-    assert!(
-        message.contains("tool \"boom\" panicked: the tool blew up"),
-        "{message}"
-    );
-    let messages = settled_cleanly(&*store, handle.run_id()).await;
+    let messages = panicked(&handle, &*store, "tool \"boom\" panicked: the tool blew up").await;
     // The call that was running gets "outcome unknown", the one after it "not run".
     assert!(result_of(&messages[2]).0.starts_with("outcome unknown"));
     assert!(result_of(&messages[3]).0.starts_with("not run"));
@@ -136,13 +139,7 @@ async fn a_panic_in_a_hook_settles_the_run() {
         .build()
         .expect("agent");
     let handle = run(&agent, RunOptions::new("s", "x"));
-    let (code, message) = failed_with(&handle.outcome().await);
-    assert_eq!(code, ErrorCode::Internal);
-    assert!(
-        message.contains("the beforeTool hook panicked: hook bug"),
-        "{message}"
-    );
-    let messages = settled_cleanly(&*store, handle.run_id()).await;
+    let messages = panicked(&handle, &*store, "the beforeTool hook panicked: hook bug").await;
     assert!(result_of(&messages[2]).0.starts_with("not run"));
     assert_eq!(
         all_events(&handle).await.len(),
@@ -172,13 +169,12 @@ async fn a_panic_in_the_store_settles_the_run() {
     });
     let agent = builder(&model, store).build().expect("agent");
     let handle = run(&agent, RunOptions::new("s", "x"));
-    let (code, message) = failed_with(&handle.outcome().await);
-    assert_eq!(code, ErrorCode::Internal);
-    assert!(
-        message.contains("the store (append_step) panicked: disk driver bug"),
-        "{message}"
-    );
-    settled_cleanly(&*memory, handle.run_id()).await;
+    panicked(
+        &handle,
+        &*memory,
+        "the store (append_step) panicked: disk driver bug",
+    )
+    .await;
     assert_eq!(
         types(&all_events(&handle).await).last(),
         Some(&"run.finished")
