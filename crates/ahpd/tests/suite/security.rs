@@ -290,15 +290,10 @@ fn resource_read_serves_the_home_folder_but_not_its_secrets() {
     assert_eq!(daemon.stop(), 0);
 }
 
-#[test]
-fn a_live_sessions_folder_is_served_until_the_session_goes() {
-    let env = Env::new();
-    let served = env.root.path().join("served");
-    let project = env.root.path().join("project");
-    std::fs::create_dir_all(&served).unwrap();
-    std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(project.join("main.rs"), "fn main() {}").unwrap();
-    let daemon = env.daemon(
+/// Starts a daemon with the echo plugin on a free port serving `served`, which is made here.
+fn serve_echo(env: &Env, served: &Path, log: &str) -> Daemon {
+    std::fs::create_dir_all(served).unwrap();
+    env.daemon(
         &[
             "--plugin",
             ECHO,
@@ -307,8 +302,18 @@ fn a_live_sessions_folder_is_served_until_the_session_goes() {
             "--path",
             served.to_str().unwrap(),
         ],
-        "live.log",
-    );
+        log,
+    )
+}
+
+#[test]
+fn a_live_sessions_folder_is_served_until_the_session_goes() {
+    let env = Env::new();
+    let served = env.root.path().join("served");
+    let project = env.root.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("main.rs"), "fn main() {}").unwrap();
+    let daemon = serve_echo(&env, &served, "live.log");
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
         let file = project.join("main.rs");
@@ -336,23 +341,12 @@ fn a_live_sessions_folder_is_served_until_the_session_goes() {
 fn a_session_without_a_folder_has_its_scratch_folder_served() {
     let env = Env::new();
     let served = env.root.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
     let id = uuid::Uuid::new_v4().to_string();
     // Where the cofold engine keeps the scratch folder of a session started without a folder.
     let scratch = env.home().join(".copilot/chats").join(&id);
     std::fs::create_dir_all(&scratch).unwrap();
     std::fs::write(scratch.join("draft.md"), "draft").unwrap();
-    let daemon = env.daemon(
-        &[
-            "--plugin",
-            ECHO,
-            "--port",
-            "0",
-            "--path",
-            served.to_str().unwrap(),
-        ],
-        "scratch.log",
-    );
+    let daemon = serve_echo(&env, &served, "scratch.log");
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
         let file = scratch.join("draft.md");
