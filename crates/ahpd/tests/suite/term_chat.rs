@@ -7,6 +7,18 @@ use testkit::{Endpoint, Frame, Gate, Reply, chunk};
 use super::support::*;
 use super::term_support::*;
 
+/// `ahpd <command> --path <work> <args>` in a pseudo-terminal, in plain text so the expectations
+/// need no escape codes.
+fn in_pty(env: &Env, command: &str, work: &std::path::Path, args: &[&str]) -> Pty {
+    let mut cmd = env.cmd();
+    cmd.arg(command)
+        .arg("--path")
+        .arg(work)
+        .args(args)
+        .env("NO_COLOR", "1");
+    Pty::spawn(cmd)
+}
+
 #[test]
 fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
     let env = Env::new();
@@ -33,14 +45,7 @@ fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
     ])
     .unwrap();
     configure(&env, &ep);
-    let mut cmd = env.cmd();
-    cmd.arg("chat")
-        .arg("--path")
-        .arg(&work)
-        .args(["--mode", "default"]);
-    // Plain text, so the expectations need no escape codes.
-    cmd.env("NO_COLOR", "1");
-    let mut pty = Pty::spawn(cmd);
+    let mut pty = in_pty(&env, "chat", &work, &["--mode", "default"]);
 
     pty.expect("you> ");
     pty.send("change hello to goodbye");
@@ -118,13 +123,12 @@ fn run_in_a_terminal_shows_the_diff_and_takes_no_for_an_answer() {
     ])
     .unwrap();
     configure(&env, &ep);
-    let mut cmd = env.cmd();
-    cmd.arg("run")
-        .arg("--path")
-        .arg(&work)
-        .args(["--mode", "default", "change hello, add b"])
-        .env("NO_COLOR", "1");
-    let mut pty = Pty::spawn(cmd);
+    let mut pty = in_pty(
+        &env,
+        "run",
+        &work,
+        &["--mode", "default", "change hello, add b"],
+    );
     pty.expect("approve? edit_file a.txt");
     pty.expect("-hello");
     pty.expect("+goodbye");
@@ -160,12 +164,7 @@ fn chat_starts_a_new_session_and_resumes_the_first() {
     ])
     .unwrap();
     configure(&env, &ep);
-    let mut cmd = env.cmd();
-    cmd.arg("chat")
-        .arg("--path")
-        .arg(&work)
-        .env("NO_COLOR", "1");
-    let mut pty = Pty::spawn(cmd);
+    let mut pty = in_pty(&env, "chat", &work, &[]);
     pty.expect("you> ");
     let first = pty.word_starting("cofold:/");
     pty.send("remember the plum");
