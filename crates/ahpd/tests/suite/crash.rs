@@ -256,57 +256,62 @@ fn follow(client: &Client, chat: String, watch: Arc<Watch>) {
             }
             watch.changed.notify_waiters();
             if let Some(request) = question {
-                let _ = client
-                    .notify(
-                        "dispatchAction",
-                        json!({
-                            "channel": chat, "clientSeq": 1,
-                            "action": {
-                                "type": "chat/inputCompleted", "requestId": request,
-                                "response": "accept",
-                                "answers": { "colour": {
-                                    "state": "submitted",
-                                    "value": { "kind": "text", "value": "blue" },
-                                } },
-                            },
-                        }),
-                    )
-                    .await;
+                let _ = dispatch_action(
+                    &client,
+                    &chat,
+                    json!({
+                        "type": "chat/inputCompleted", "requestId": request,
+                        "response": "accept",
+                        "answers": { "colour": {
+                            "state": "submitted",
+                            "value": { "kind": "text", "value": "blue" },
+                        } },
+                    }),
+                )
+                .await;
             }
             if let Some((turn, call)) = answer {
-                let _ = client
-                    .notify(
-                        "dispatchAction",
-                        json!({
-                            "channel": chat, "clientSeq": 1,
-                            "action": {
-                                "type": "chat/toolCallConfirmed", "turnId": turn,
-                                "toolCallId": call, "approved": true,
-                                "selectedOptionId": "allow-once",
-                            },
-                        }),
-                    )
-                    .await;
+                let _ = dispatch_action(
+                    &client,
+                    &chat,
+                    json!({
+                        "type": "chat/toolCallConfirmed", "turnId": turn,
+                        "toolCallId": call, "approved": true,
+                        "selectedOptionId": "allow-once",
+                    }),
+                )
+                .await;
             }
         }
     });
 }
 
-async fn start_turn(client: &Client, chat: &str, turn: &str, text: &str) {
+/// Dispatches `action` to `chat` as a notification: no reply is awaited.
+async fn dispatch_action(
+    client: &Client,
+    chat: &str,
+    action: Value,
+) -> Result<(), ahp::ClientError> {
     client
         .notify(
             "dispatchAction",
-            json!({
-                "channel": chat, "clientSeq": 1,
-                "action": {
-                    "type": "chat/turnStarted", "turnId": turn,
-                    "startedAt": ahpd_sdk::util::now_iso(),
-                    "message": { "text": text, "origin": { "kind": "user" } },
-                },
-            }),
+            json!({ "channel": chat, "clientSeq": 1, "action": action }),
         )
         .await
-        .unwrap();
+}
+
+async fn start_turn(client: &Client, chat: &str, turn: &str, text: &str) {
+    dispatch_action(
+        client,
+        chat,
+        json!({
+            "type": "chat/turnStarted", "turnId": turn,
+            "startedAt": ahpd_sdk::util::now_iso(),
+            "message": { "text": text, "origin": { "kind": "user" } },
+        }),
+    )
+    .await
+    .unwrap();
 }
 
 /// Every file under `dir` with its length.
