@@ -3,13 +3,11 @@
 //! proxy is a loopback listener written here that records what it is asked and refuses it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cofold_agents::error::ErrorCode;
 use cofold_agents::model::{ModelAdapter, ModelSpec};
 use cofold_openai::{Network, OpenAiProvider, ProviderOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -17,33 +15,13 @@ use super::support::ask;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A CONNECT proxy on loopback: the first line of every request it receives, in order.
-async fn proxy() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let text = String::from_utf8_lossy(&head);
-            record
-                .lock()
-                .unwrap()
-                .push(text.lines().next().unwrap_or("").to_owned());
-            let _ = socket
-                .write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
-                .await;
-        }
-    });
-    (url, seen)
+/// A CONNECT proxy on loopback that refuses every request: the first line of each, in order.
+async fn proxy() -> (String, testkit::Seen) {
+    let r =
+        testkit::Recorder::start(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n".to_vec())
+            .await
+            .unwrap();
+    (format!("http://{}", r.addr), r.seen)
 }
 
 /// A listener standing for the server itself; counts the connections it accepts.

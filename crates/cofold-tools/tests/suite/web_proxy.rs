@@ -7,49 +7,28 @@
 //! there, never beyond loopback.
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cofold_tools::web::{
     ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch, WebOptions, web,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use super::tools_driver::Caps;
 use super::web_fakes::FakeLookup;
 
 /// A loopback HTTP server answering every request with `body` as text; the first line of each
 /// request it received, in order.
-async fn server(body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let text = String::from_utf8_lossy(&head);
-            record
-                .lock()
-                .expect("lock")
-                .push(text.lines().next().unwrap_or("").to_owned());
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = socket.write_all(answer.as_bytes()).await;
-        }
-    });
-    (port, seen)
+async fn server(body: &'static str) -> (u16, testkit::Seen) {
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let r = testkit::Recorder::start(answer.into_bytes())
+        .await
+        .expect("bind");
+    (r.addr.port(), r.seen)
 }
 
 /// The real transport, with every pin moved to loopback.
