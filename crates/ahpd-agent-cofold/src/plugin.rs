@@ -1,5 +1,4 @@
-//! Registration as the compiled-in plugin `@ahpd/agent-cofold` with the engine `cofold`
-//!.
+//! Registration as the compiled-in plugin `@ahpd/agent-cofold` with the engine `cofold`.
 
 use std::sync::Arc;
 

@@ -252,12 +252,12 @@ impl Hub {
         removed
     }
 
-    /// Drop every subscription to a channel (the channel is gone).
     /// Whether any connection subscribes to the channel.
     pub(crate) fn has_subscribers(&self, channel: &str) -> bool {
         self.lock().subs.get(channel).is_some_and(|s| !s.is_empty())
     }
 
+    /// Drop every subscription to a channel (the channel is gone).
     pub(crate) fn drop_channel(&self, channel: &str) {
         self.lock().subs.remove(channel);
     }

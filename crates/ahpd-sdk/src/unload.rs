@@ -64,11 +64,17 @@ async fn ask(inner: &HostInner, uri: &str) -> bool {
     };
     let Some(tx) = tx else { return false };
     let (reply, rx) = oneshot::channel();
-    if tx.send(SessionMsg::Unload { reply }).await.is_err() {
-        return false;
-    }
-    rx.await.unwrap_or(false)
+    // A session whose mailbox is full or whose task is stuck is passed over, so one session
+    // can never stop every later sweep.
+    let asked =
+        async { tx.send(SessionMsg::Unload { reply }).await.is_ok() && rx.await.unwrap_or(false) };
+    tokio::time::timeout(ASK_LIMIT, asked)
+        .await
+        .unwrap_or(false)
 }
+
+/// How long a sweep waits on one session's answer.
+const ASK_LIMIT: Duration = Duration::from_secs(1);
 
 /// Sessions that may be unloaded, least recently used first: opened from the store or
 /// failed (`true`), or created in this run and ready (`false`: unloaded only once the agent's
@@ -77,10 +83,12 @@ fn candidates(inner: &HostInner) -> Vec<(String, Instant, bool)> {
     let Ok(reg) = inner.registry.lock() else {
         return Vec::new();
     };
+    // A session someone watches is not a candidate: counting it would push idle ones past the
+    // cap early (its chats' subscribers are checked by the session itself).
     let mut out: Vec<(String, Instant, bool)> = reg
         .sessions
         .iter()
-        .filter(|(_, e)| e.unloadable || e.summary.is_some())
+        .filter(|(uri, e)| (e.unloadable || e.summary.is_some()) && !inner.hub.has_subscribers(uri))
         .map(|(uri, e)| (uri.clone(), e.used_at(), e.unloadable))
         .collect();
     out.sort_by_key(|(_, t, _)| *t);
@@ -97,8 +105,17 @@ pub(crate) async fn sweep(inner: &Arc<HostInner>) {
         if over == 0 && used.elapsed() < idle {
             continue;
         }
-        if !stored && !crate::open::reopenable(inner, &uri).await {
-            continue;
+        if !stored {
+            if !crate::open::reopenable(inner, &uri).await {
+                continue;
+            }
+            // Asked once: the store keeps the conversation from now on, so the session
+            // qualifies as a stored one and later sweeps skip the store read.
+            if let Ok(mut reg) = inner.registry.lock()
+                && let Some(entry) = reg.sessions.get_mut(&uri)
+            {
+                entry.unloadable = true;
+            }
         }
         if ask(inner, &uri).await {
             over = over.saturating_sub(1);

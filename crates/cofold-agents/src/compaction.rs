@@ -1,5 +1,4 @@
-//! The context view, request assembly under a token budget, and the arithmetic of compaction
-//!.
+//! The context view, request assembly under a token budget, and the arithmetic of compaction.
 //!
 //! Everything here is pure: it looks at a transcript and decides. The run loop does the writing
 //! (the summary's model step, its message and its event).

@@ -170,10 +170,14 @@ impl StreamDecoder {
                 .unwrap_or("no message given");
             return Err(AgentError::new(
                 ErrorCode::Server,
-                format!("{} reported an error: {message}", self.url),
+                format!(
+                    "{} reported an error: {}",
+                    self.url,
+                    crate::http::mask_keys(message)
+                ),
             )
             .with_retryable(true)
-            .with_detail(chunk.clone()));
+            .with_detail(Value::String(crate::http::mask_keys(&chunk.to_string()))));
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());

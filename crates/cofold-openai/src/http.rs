@@ -115,7 +115,7 @@ fn first_chars(text: &str, n: usize) -> &str {
 
 /// Masks anything shaped like an API key (`sk-…`, `key-…` of 12 characters or more), whoever's
 /// it is: servers quote keys back in their refusals.
-fn mask_keys(text: &str) -> String {
+pub(crate) fn mask_keys(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = ["sk-", "key-"].iter().filter_map(|p| rest.find(p)).min() {
@@ -274,11 +274,13 @@ impl Endpoint {
         let resp = match sent {
             Ok(r) => r,
             Err(e) => {
-                let cause = if e.is_connect() && e.is_timeout() {
-                    let limit = self.limits.connect.map(shown).unwrap_or_default();
-                    format!("no connection within the connect limit of {limit}")
-                } else {
-                    self.redact(&error_chain(&e), key)
+                // Only the configured limit is named; the system's own connect timeout (or
+                // one with no limit set) is told as the system tells it.
+                let cause = match self.limits.connect {
+                    Some(limit) if e.is_connect() && e.is_timeout() => {
+                        format!("no connection within the connect limit of {}", shown(limit))
+                    }
+                    _ => self.redact(&error_chain(&e), key),
                 };
                 return Err(AgentError::new(
                     ErrorCode::Network,

@@ -148,10 +148,13 @@ pub(crate) fn parse_completion(
             .unwrap_or("no message given");
         return Err(AgentError::new(
             ErrorCode::Server,
-            format!("{url} reported an error: {message}"),
+            format!(
+                "{url} reported an error: {}",
+                crate::http::mask_keys(message)
+            ),
         )
         .with_retryable(true)
-        .with_detail(json.clone()));
+        .with_detail(Value::String(crate::http::mask_keys(&json.to_string()))));
     }
     let Some(message) = json.pointer("/choices/0/message").filter(|m| m.is_object()) else {
         return Err(AgentError::new(

@@ -388,9 +388,14 @@ impl Run {
     /// The body ended (or `[DONE]` came): a whole reply is passed on, a cut one is a failure.
     async fn finish(&mut self, decoder: StreamDecoder) {
         if let Err(e) = decoder.check_whole(self.endpoint.dialect.require_done) {
-            if !decoder.saw_chunks() && self.bodies.offers_tools {
+            if !decoder.saw_chunks()
+                && self.bodies.offers_tools
+                && self.endpoint.dialect.name == "generic"
+            {
                 // llama-cpp-python answers a streamed request offering tools with an empty
                 // stream; asking whole works, so every such request is asked whole from now on.
+                // Only an unknown (generic) server is judged so: a known one that sends an
+                // empty stream once had a passing fault, which must not change it for good.
                 self.endpoint.learned.refuse_streaming_tools();
             }
             self.failed(e.into()).await;

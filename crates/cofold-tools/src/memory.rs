@@ -1,6 +1,5 @@
 //! The memory capability: plain files under one folder that persist across sessions, read and
-//! written with `memory_read` / `memory_write`, the index `MEMORY.md` shown in the instructions
-//!.
+//! written with `memory_read` / `memory_write`, the index `MEMORY.md` shown in the instructions.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};

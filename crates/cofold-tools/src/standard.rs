@@ -1,6 +1,5 @@
 //! The standard set: a program's `tools` configuration section (`ToolsConfig`, checked by
-//! `tools_schema()`) turned into capabilities, in the order files, shell, web, memory
-//!.
+//! `tools_schema()`) turned into capabilities, in the order files, shell, web, memory.
 
 use std::ffi::OsString;
 use std::fmt;

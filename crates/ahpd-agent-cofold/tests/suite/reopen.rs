@@ -1,5 +1,4 @@
-//! A run waiting on a person when the daemon stops, reopened or replaced after the restart
-//!.
+//! A run waiting on a person when the daemon stops, reopened or replaced after the restart.
 //!
 //! The first "daemon" runs on a runtime of its own, shut down once the run is paused: its tasks
 //! are dropped mid-wait as a stopped process leaves them, and the paused run stays in the file
