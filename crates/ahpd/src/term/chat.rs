@@ -3,6 +3,7 @@
 //! commands. Between turns the line is edited with history on the arrows; during a turn the
 //! terminal stays in its ordinary mode, so Ctrl-C stops the turn and typing shows as typed.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -132,7 +133,9 @@ struct Loop<'a> {
     style: Style,
     fallback_dir: PathBuf,
     turn: Option<String>,
-    asking: Option<Ask>,
+    /// Approvals asked in this turn, the first one on the screen; several calls of one
+    /// model step may each ask.
+    asking: VecDeque<Ask>,
     running: Arc<AtomicBool>,
     /// Whether the spinner is on screen.
     spinning: Option<usize>,
@@ -183,7 +186,7 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
         style,
         fallback_dir: dir.to_path_buf(),
         turn: None,
-        asking: None,
+        asking: VecDeque::new(),
         running,
         spinning: None,
         model: opts.model.clone(),
@@ -220,7 +223,7 @@ async fn talk(conn: &Conn, opts: &ChatOpts, dir: &Path) -> Result<i32, CommandEr
         }
         // At a terminal the next line is read at once, to steer or answer; from a pipe only
         // once the turn is over or asks something.
-        if owed && (terminal || lp.turn.is_none() || lp.asking.is_some()) {
+        if owed && (terminal || lp.turn.is_none() || !lp.asking.is_empty()) {
             owed = false;
             let _ = done.send(());
         }
@@ -268,6 +271,17 @@ impl Loop<'_> {
         }
     }
 
+    /// Shows the first waiting approval, if any.
+    fn put_next_question(&mut self) {
+        let Some(ask) = self.asking.front() else {
+            return;
+        };
+        self.printer.break_line();
+        eprintln!("{}", approve::describe(ask, &self.dir(), self.style));
+        eprint!("{}", approve::QUESTION);
+        let _ = std::io::stderr().flush();
+    }
+
     fn dir(&self) -> PathBuf {
         session_dir(&self.conv, &self.fallback_dir)
     }
@@ -275,15 +289,16 @@ impl Loop<'_> {
     /// Handles one typed line; `false` ends the loop.
     async fn line(&mut self, line: &str) -> Result<bool, CommandError> {
         // A command wins over a pending question, so `/stop` works while one is asked.
-        if let Some(ask) = self.asking.clone()
+        if let Some(ask) = self.asking.front().cloned()
             && !line.starts_with('/')
         {
             match approve::parse_answer(line) {
                 Some(answer) => {
-                    self.asking = None;
+                    self.asking.pop_front();
                     self.conv
                         .confirm(self.conn, &ask.turn, &ask.call, &answer)
                         .await?;
+                    self.put_next_question();
                 }
                 None => {
                     eprint!("{}", approve::QUESTION);
@@ -430,16 +445,18 @@ impl Loop<'_> {
         if env.rejection_reason.is_none()
             && let Some(ask) = approve::ask_of(&env.action, &self.conv.chat)
         {
-            self.printer.break_line();
-            eprintln!("{}", approve::describe(&ask, &self.dir(), self.style));
-            eprint!("{}", approve::QUESTION);
-            let _ = std::io::stderr().flush();
-            self.asking = Some(ask);
+            self.asking.push_back(ask);
+            if self.asking.len() == 1 {
+                self.put_next_question();
+            }
         }
         if let Some(id) = approve::settled(&env.action)
-            && self.asking.as_ref().is_some_and(|a| id.ends_with(&a.call))
+            && let Some(at) = self.asking.iter().position(|a| id.ends_with(&a.call))
         {
-            self.asking = None;
+            self.asking.remove(at);
+            if at == 0 {
+                self.put_next_question();
+            }
         }
         let Some(turn) = self.turn.clone() else {
             return Ok(());
@@ -457,7 +474,7 @@ impl Loop<'_> {
                 End::Failed => {}
             }
             self.turn = None;
-            self.asking = None;
+            self.asking.clear();
             self.running.store(false, Ordering::SeqCst);
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! `ahpd run "PROMPT"`: one turn, the reply streamed to standard output.
 
+use std::collections::VecDeque;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
@@ -147,6 +148,11 @@ async fn one_turn(
     let mut denied_unasked = false;
     let mut stopping = false;
     let mut asking: Option<(Ask, JoinHandle<Answer>)> = None;
+    // Further approvals of the same step wait their turn; one reader of standard input at a
+    // time, so no typed line goes to a question already gone.
+    let mut waiting: VecDeque<Ask> = VecDeque::new();
+    // The question on the screen was answered by another client: its reader's line is dropped.
+    let mut moot = false;
     let mut quiet = tokio::time::interval(QUIET);
     quiet.tick().await;
     let mut heard = false;
@@ -167,10 +173,12 @@ async fn one_turn(
                 if env.rejection_reason.is_none() && let Some(ask) = approve::ask_of(&env.action, &conv.chat) {
                     if opts.yes {
                         conv.confirm(conn, &ask.turn, &ask.call, &Answer::Once).await?;
-                    } else if interactive && asking.is_none() {
-                        printer.break_line();
-                        eprintln!("{}", approve::describe(&ask, &dir, printer.style));
-                        asking = Some((ask, tokio::task::spawn_blocking(approve::ask_blocking)));
+                    } else if interactive {
+                        if asking.is_none() {
+                            asking = Some(put_question(&mut printer, ask, &dir));
+                        } else {
+                            waiting.push_back(ask);
+                        }
                     } else {
                         let sentence = approve::no_terminal_sentence(&ask);
                         printer.warn(&format!("ahpd: {sentence}"));
@@ -178,12 +186,13 @@ async fn one_turn(
                         conv.confirm(conn, &ask.turn, &ask.call, &Answer::Deny(sentence)).await?;
                     }
                 }
-                if let Some(id) = approve::settled(&env.action)
-                    && asking.as_ref().is_some_and(|(a, _)| id.ends_with(&a.call))
-                {
-                    // Answered by another client: the question is moot.
-                    asking = None;
-                    printer.note("(answered elsewhere)");
+                if let Some(id) = approve::settled(&env.action) {
+                    waiting.retain(|a| !id.ends_with(&a.call));
+                    if !moot && asking.as_ref().is_some_and(|(a, _)| id.ends_with(&a.call)) {
+                        // Answered by another client: the line typed next is not an answer.
+                        moot = true;
+                        printer.note("(answered elsewhere; press Enter)");
+                    }
                 }
                 match end_of(&env.action, &turn) {
                     Some(End::Complete) => {
@@ -208,7 +217,12 @@ async fn one_turn(
             }
             answer = answer_of(&mut asking) => {
                 let Some((ask, _)) = asking.take() else { continue };
-                conv.confirm(conn, &ask.turn, &ask.call, &answer).await?;
+                if !std::mem::take(&mut moot) {
+                    conv.confirm(conn, &ask.turn, &ask.call, &answer).await?;
+                }
+                if let Some(next) = waiting.pop_front() {
+                    asking = Some(put_question(&mut printer, next, &dir));
+                }
             }
             _ = quiet.tick() => {
                 if std::mem::take(&mut heard) || asking.is_some() {
@@ -238,6 +252,13 @@ async fn one_turn(
             }
         }
     }
+}
+
+/// Shows an approval and starts reading its answer.
+fn put_question(printer: &mut Printer, ask: Ask, dir: &Path) -> (Ask, JoinHandle<Answer>) {
+    printer.break_line();
+    eprintln!("{}", approve::describe(&ask, dir, printer.style));
+    (ask, tokio::task::spawn_blocking(approve::ask_blocking))
 }
 
 /// The person's answer once given; pending while nothing is asked.

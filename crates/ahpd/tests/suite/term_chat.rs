@@ -214,3 +214,46 @@ fn chat_from_a_pipe_runs_each_message_to_its_end_before_the_next() {
     assert_eq!(bodies.len(), 2);
     assert!(bodies[1]["messages"].to_string().contains("noted the plum"));
 }
+
+/// Two calls of one model step that both ask: each question is shown in turn and each answer
+/// reaches its own call. The cofold engine asks them one after the other; the chat also queues
+/// questions that arrive together (from other engines), which this test does not reach.
+#[test]
+fn chat_asks_two_approvals_of_one_step_one_after_the_other() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::with_replies(vec![
+        Reply::stream(vec![
+            Frame::Chunk(chunk::role()),
+            Frame::Chunk(chunk::tool_call(
+                0,
+                Some("k1"),
+                Some("shell_exec"),
+                &json!({ "command": "echo one > one.txt" }).to_string(),
+            )),
+            Frame::Chunk(chunk::tool_call(
+                1,
+                Some("k2"),
+                Some("shell_exec"),
+                &json!({ "command": "echo two > two.txt" }).to_string(),
+            )),
+            Frame::Chunk(chunk::finish("tool_calls")),
+        ]),
+        Reply::text_stream("both ran"),
+    ])
+    .unwrap();
+    configure(&env, &ep);
+    let mut pty = in_pty(&env, "chat", &work, &["--mode", "default"]);
+
+    pty.expect("you> ");
+    pty.send("write two files");
+    pty.expect("echo one > one.txt");
+    pty.expect("[y] yes once");
+    pty.send("y");
+    pty.expect("echo two > two.txt");
+    pty.expect("[y] yes once");
+    pty.send("y");
+    pty.expect("both ran");
+    assert!(work.join("one.txt").exists() && work.join("two.txt").exists());
+    pty.send("/quit");
+}
