@@ -1,8 +1,9 @@
 //! `stream_100`: 100 sessions in one host, each one turn whose 2,000-token answer
 //! the scripted endpoint streams as 2,000 SSE chunks, one client subscribed to every chat.
 //! Baseline: 100 concurrent plain HTTP clients reading the same 100 streams. Checks that every
-//! session's deltas, joined in arrival order, equal its script; prints both wall times and the
-//! ratio.
+//! session's deltas, joined in arrival order, equal its script, and that the client's mirror of
+//! every chat (reduced with the official reducers) equals the host's snapshot at the end; prints
+//! both wall times and the ratio.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,9 +14,11 @@ use std::time::{Duration, Instant};
 use ahp::{Client, ClientConfig, SubscriptionEvent};
 use ahp_types::actions::StateAction;
 use ahp_types::commands::SubscribeResult;
+use ahp_types::state::SnapshotState;
 use ahp_ws::WebSocketTransport;
 use ahpd_agent_cofold::{Embedder, Environment, cofold_agent_with};
 use ahpd_sdk::host::HostBuilder;
+use ahpd_sdk::testing::Mirror;
 use ahpd_sdk::transport::ws::WsConfig;
 use serde_json::json;
 use testkit::{Endpoint, Frame, RecordedRequest, Reply, chunk};
@@ -105,6 +108,9 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         .unwrap();
     let mut events = client.events();
     let mut chats = HashMap::new();
+    // The client's view of every chat, reduced from the snapshot and each envelope with the
+    // official reducers; it must equal the host's state at the end.
+    let mut mirror = Mirror::default();
     for i in 0..SESSIONS {
         let session = format!("cofold:/bench-{i}");
         let _: serde_json::Value = client
@@ -115,10 +121,11 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         // A raw subscribe: the client fans every action out to `events()` anyway, and a
         // subscription handle would preallocate a broadcast ring of `subscription_buffer`
         // events per chat (100 of them at 2^20 slots each did not fit in memory).
-        let _res: SubscribeResult = client
+        let res: SubscribeResult = client
             .request("subscribe", json!({ "channel": chat }))
             .await
             .unwrap();
+        mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
         chats.insert(chat, i);
     }
     let started = Instant::now();
@@ -142,6 +149,7 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         let Some(i) = chats.get(&env.channel).copied() else {
             continue;
         };
+        mirror.apply(&env);
         match env.action {
             StateAction::ChatDelta(d) => {
                 deltas += 1;
@@ -161,6 +169,35 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
             "session {i}"
         );
         assert_eq!(parts.get(&i), Some(&1), "session {i} opened one part");
+    }
+    // The host may still be applying the last actions (the activity cleared after each turn)
+    // when the last turn ends: a difference is read again after another round trip, and only
+    // one that outlasts a generous deadline fails.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        client.ping().await.unwrap();
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::ZERO, events.recv()).await {
+            if let SubscriptionEvent::Action(env) = ev.event {
+                mirror.apply(&env);
+            }
+        }
+        let mut differing = Vec::new();
+        for (chat, i) in &chats {
+            let snapshot = host.snapshot(chat).await.expect("a snapshot");
+            let SnapshotState::Chat(state) = &snapshot.state else {
+                panic!("session {i}: not a chat snapshot");
+            };
+            if mirror.chats.get(chat) != Some(&**state) {
+                differing.push(*i);
+            }
+        }
+        if differing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mirrors of sessions {differing:?} differ from the host's snapshots"
+        );
     }
     host.shutdown();
     (elapsed, deltas)
@@ -194,5 +231,6 @@ fn main() {
             deltas as f64 / took.as_secs_f64()
         );
         println!("  every delta arrived, in order, once per session: yes");
+        println!("  every client mirror equals the host's snapshot: yes");
     });
 }

@@ -583,7 +583,13 @@ impl Agent for CofoldAgent {
         } else {
             HashMap::new()
         };
-        transcript::turns(self.core.store.as_ref(), id, &host_tools).await
+        let core = self.core.clone();
+        let memory_dir = move |w: &std::path::Path| core.memory_dir(w);
+        let at = transcript::ReadBack {
+            host_tools: &host_tools,
+            memory_dir: &memory_dir,
+        };
+        transcript::turns(self.core.store.as_ref(), id, &at).await
     }
 
     /// A run whose process is gone (settled when the backend opens) or a run waiting on a
@@ -604,6 +610,7 @@ impl Agent for CofoldAgent {
         match self.core.store.delete_session(id).await {
             Ok(()) => {
                 transcript::forget(self.core.store.as_ref(), id).await;
+                crate::turn_facts::forget(self.core.store.as_ref(), id).await;
                 Ok(())
             }
             Err(e) if e.code == cofold_agents::error::ErrorCode::NotFound => Ok(()),

@@ -16,9 +16,12 @@ pub mod host_tools;
 pub mod models;
 pub mod options;
 pub mod plugin;
+mod readback;
 mod schema_wording;
 pub mod session;
 mod transcript;
+mod turn_facts;
+mod turn_parts;
 mod turns;
 
 pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};

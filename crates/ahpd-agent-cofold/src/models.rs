@@ -394,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn references_split_at_the_first_slash_only() {
+    fn case_025_references_split_at_the_first_slash_only() {
         assert_eq!(split_reference("a/b/c"), Some(("a", "b/c")));
         assert_eq!(split_reference("deepseek-chat"), None);
         assert_eq!(split_reference("/model"), None);
@@ -483,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn compaction_points_match_the_examples() {
+    fn case_131_compaction_points_match_the_examples() {
         assert_eq!(auto_compact_point(10_000, None, 0.8), 8000);
         assert_eq!(auto_compact_point(10_000, Some(5000), 0.8), 5000);
         assert_eq!(auto_compact_point(10_000, Some(9000), 0.8), 8000);
@@ -492,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn resources_are_https_origins() {
+    fn case_002_026_resources_are_https_origins() {
         assert_eq!(
             resource_of(Some("https://api.deepseek.com/v1")),
             "https://api.deepseek.com"

@@ -1,19 +1,26 @@
-//! The event → action mapping of one turn.
+//! The event → action mapping of one turn: the only one. A live run's events go through it as
+//! they happen (`session/follow.rs`), a stored run's events through it again when a conversation
+//! is read back (`readback.rs`), so a turn reads back as clients saw it.
 //!
 //! The mapper is pure: it takes cofold run events in order and returns the AHP actions they
-//! become. Asking the host (approvals, questions) is the runner's job.
+//! become, with the times the events carry. Asking the host (approvals, questions) is the
+//! runner's job.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use ahp_types::actions::StateAction;
-use ahp_types::state::UsageInfo;
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{ToolInput, UsageInfo};
+use ahpd_sdk::agent::ApprovalRequest;
 use cofold_agents::event::{ApprovalDecision, DeltaKind, Event, EventBody, OutcomeKind};
+use cofold_agents::id::Timestamp;
 use cofold_agents::message::{Message, Part};
 use cofold_agents::model::Usage;
 use serde_json::{Value, json};
 
 use crate::actions as act;
+use crate::turn_parts::{add_usage, call_title, usage_info};
 
 /// Facts about one proposed call, kept until it completes.
 #[derive(Debug, Clone, Default)]
@@ -64,86 +71,11 @@ pub(crate) struct TurnMapper {
     client_tools: HashMap<String, String>,
     /// Name → display name of the host's tools this turn offers.
     host_tools: HashMap<String, String>,
-    started: std::time::Instant,
-}
-
-fn add_usage(total: &mut Usage, more: &Usage) {
-    total.input_tokens += more.input_tokens;
-    total.output_tokens += more.output_tokens;
-    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-    };
-    total.cache_read_tokens = add(total.cache_read_tokens, more.cache_read_tokens);
-    total.cache_write_tokens = add(total.cache_write_tokens, more.cache_write_tokens);
-    total.reasoning_tokens = add(total.reasoning_tokens, more.reasoning_tokens);
-}
-
-/// The AHP usage of cofold counts, with the cost when the model has a price.
-pub(crate) fn usage_info(usage: &Usage, model: Option<&str>, cost: Option<f64>) -> UsageInfo {
-    let mut meta = Vec::new();
-    if let Some(w) = usage.cache_write_tokens {
-        meta.push(("ahpd.cacheWriteTokens", json!(w)));
-    }
-    if let Some(r) = usage.reasoning_tokens {
-        meta.push(("ahpd.reasoningTokens", json!(r)));
-    }
-    if let Some(c) = cost {
-        meta.push(("ahpd.cost", json!({ "amount": c, "currency": "USD" })));
-    }
-    UsageInfo {
-        input_tokens: Some(usage.input_tokens as i64),
-        output_tokens: Some(usage.output_tokens as i64),
-        model: model.map(str::to_owned),
-        cache_read_tokens: usage.cache_read_tokens.map(|c| c as i64),
-        meta: act::meta(meta),
-    }
-}
-
-/// The title of a call: the subject, paths relative to W when inside.
-pub(crate) fn call_title(
-    name: &str,
-    subject: Option<&str>,
-    workspace: &Path,
-    memory_dir: Option<&Path>,
-) -> String {
-    let subject = subject.map(str::trim).filter(|s| !s.is_empty());
-    match name {
-        "read_file" | "write_file" | "edit_file" => match subject {
-            Some(s) => relative_to(Path::new(s), workspace),
-            None => name.to_owned(),
-        },
-        "memory_read" | "memory_write" => match subject {
-            Some(s) => match memory_dir {
-                Some(dir) => relative_to(Path::new(s), dir),
-                None => s.to_owned(),
-            },
-            None => "MEMORY.md".to_owned(),
-        },
-        _ => subject
-            .map(str::to_owned)
-            .unwrap_or_else(|| name.to_owned()),
-    }
-}
-
-fn relative_to(path: &Path, base: &Path) -> String {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        base.join(path)
-    };
-    match absolute.strip_prefix(base) {
-        Ok(rel) if !rel.as_os_str().is_empty() => rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/"),
-        _ => absolute.display().to_string(),
-    }
-}
-
-fn now_rfc3339() -> String {
-    cofold_agents::id::Timestamp::now().to_string()
+    /// When the attempt's first event happened: its duration runs from there, by the events'
+    /// own times, so a turn read back from them lasts as long as it did live.
+    first_at: Option<Timestamp>,
+    /// Open approval requests → their call ids.
+    requests: HashMap<String, String>,
 }
 
 impl TurnMapper {
@@ -174,12 +106,14 @@ impl TurnMapper {
             attempt: 1,
             earlier_calls: HashSet::new(),
             seen_calls: HashSet::new(),
-            started: std::time::Instant::now(),
+            first_at: None,
+            requests: HashMap::new(),
         }
     }
 
-    fn duration_ms(&self) -> i64 {
-        self.started.elapsed().as_millis() as i64
+    fn duration_ms(&self, at: &Timestamp) -> i64 {
+        let first = self.first_at.as_ref().unwrap_or(at);
+        ((at.unix_micros() - first.unix_micros()) / 1000).max(0)
     }
 
     fn open_part(&mut self, out: &mut Vec<StateAction>, reasoning: bool) -> String {
@@ -237,6 +171,28 @@ impl TurnMapper {
     /// The actions one event becomes.
     pub(crate) fn map(&mut self, event: &Event) -> Vec<StateAction> {
         let mut out = Vec::new();
+        if self.first_at.is_none() {
+            self.first_at = Some(event.at.clone());
+        }
+        match &event.body {
+            EventBody::ApprovalRequested {
+                request_id,
+                call_id,
+                ..
+            } => {
+                self.requests.insert(request_id.clone(), call_id.clone());
+            }
+            EventBody::ApprovalResolved {
+                request_id,
+                decision,
+                ..
+            } => {
+                if let Some(call_id) = self.requests.remove(request_id) {
+                    self.settle(&call_id, decision);
+                }
+            }
+            _ => {}
+        }
         if matches!(event.body, EventBody::ContextCompacted { .. }) {
             self.held_reply = None;
         } else {
@@ -351,7 +307,7 @@ impl TurnMapper {
                 let turn = turn.clone();
                 let shown = self.shown_id(call_id);
                 if let Some(call) = self.calls.get_mut(call_id) {
-                    let at = now_rfc3339();
+                    let at = event.at.to_string();
                     call.started_at = Some(at.clone());
                     // A client-run call is made ready by the host.
                     if !call.approved && !call.ready && !call.client {
@@ -386,10 +342,16 @@ impl TurnMapper {
                     if call.shell {
                         meta.push(("toolKind", json!("terminal")));
                     }
-                    if let Some(at) = &call.started_at {
+                    // A store written before starts were recorded has only the end and the
+                    // duration; the start follows from them.
+                    let started = call.started_at.clone().or_else(|| {
+                        let micros = event.at.unix_micros() - (*duration_ms as i64) * 1000;
+                        Some(Timestamp::from_unix_micros(micros).to_string())
+                    });
+                    if let Some(at) = &started {
                         meta.push(("ahpd.startedAt", json!(at)));
                     }
-                    meta.push(("ahpd.endedAt", json!(now_rfc3339())));
+                    meta.push(("ahpd.endedAt", json!(event.at.to_string())));
                     meta.push(("ahpd.durationMs", json!(duration_ms)));
                     out.push(act::tool_complete(
                         &turn,
@@ -445,7 +407,7 @@ impl TurnMapper {
                 }
             }
             EventBody::RunFinished { outcome } => {
-                let duration = self.duration_ms();
+                let duration = self.duration_ms(&event.at);
                 let final_usage = usage_info(&outcome.usage, self.model.as_deref(), outcome.cost);
                 match &outcome.kind {
                     OutcomeKind::Completed { .. } | OutcomeKind::Stopped { .. } => {
@@ -530,8 +492,24 @@ impl TurnMapper {
         }
     }
 
-    /// The title of a proposed call.
-    pub(crate) fn title_of(&self, call_id: &str) -> Option<&CallView> {
-        self.calls.get(call_id)
+    /// The approval a proposed call asks the host for: as it is put live, and as a turn read
+    /// back shows the question.
+    pub(crate) fn approval_request(
+        &self,
+        call_id: &str,
+        name: &str,
+        prompt: Option<&str>,
+    ) -> ApprovalRequest {
+        let view = self.calls.get(call_id).cloned().unwrap_or_default();
+        ApprovalRequest {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: self.shown_id(call_id),
+            invocation_message: StringOrMarkdown::Plain(view.title),
+            tool_input: view.tool_input.map(ToolInput::Inline),
+            confirmation_title: Some(StringOrMarkdown::Plain(
+                prompt.map_or_else(|| format!("Run {name}?"), str::to_owned),
+            )),
+            edits: None,
+        }
     }
 }

@@ -151,6 +151,9 @@ pub struct SessionStart {
 pub struct TurnRequest {
     /// The turn id every action of this turn carries.
     pub turn_id: String,
+    /// When the turn started, as its `chat/turnStarted` says: a backend that reads turns back
+    /// from its own store keeps it so the turn reads back as clients saw it.
+    pub started_at: String,
     /// The user's message (text, attachments, model selection).
     pub message: Message,
     /// Set when the turn came from the queue.
@@ -187,6 +190,10 @@ pub enum ApprovalOutcome {
         edited_input: Option<String>,
         /// The option the person picked.
         option_id: Option<String>,
+        /// Why the call may run, as the chat shows it: `setting` when the host allowed it
+        /// without asking, else what the approving client said (`not-needed` when it said
+        /// nothing).
+        confirmed: ahp_types::state::ToolCallConfirmationReason,
     },
     /// Do not run the call.
     Denied {
@@ -195,6 +202,32 @@ pub enum ApprovalOutcome {
     },
     /// The turn ended, was cancelled or closed before anyone answered.
     Cancelled,
+}
+
+/// The choices the host offers with an approval it puts to a person, for a tool shown as
+/// `display_name`. Public so a backend rebuilding a turn from its own store shows the same ones.
+pub fn approval_options(display_name: &str) -> Vec<ahp_types::state::ConfirmationOption> {
+    use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind};
+    vec![
+        ConfirmationOption {
+            id: "allow-once".into(),
+            label: "Allow once".into(),
+            kind: ConfirmationOptionKind::Approve,
+            group: Some(1),
+        },
+        ConfirmationOption {
+            id: "allow-session".into(),
+            label: format!("Allow {display_name} for this session"),
+            kind: ConfirmationOptionKind::Approve,
+            group: Some(1),
+        },
+        ConfirmationOption {
+            id: "deny".into(),
+            label: "Deny".into(),
+            kind: ConfirmationOptionKind::Deny,
+            group: Some(2),
+        },
+    ]
 }
 
 /// How a question ended.
@@ -317,6 +350,14 @@ pub trait Session: Send + 'static {
 
     /// Stop that turn's run and the turns waiting behind it. Publish nothing for the cancel.
     fn cancel(&mut self, turn_id: &str);
+
+    /// A client stopped that turn, saying it lasted `duration` milliseconds. A backend that
+    /// reads turns back from its own store keeps the figure there; by default this is
+    /// [`Session::cancel`].
+    fn stopped(&mut self, turn_id: &str, duration: i64) {
+        let _ = duration;
+        self.cancel(turn_id);
+    }
 
     /// Take a steering message into the running turn; `false` leaves it queued.
     fn steer(&mut self, _message: PendingMessage) -> bool {

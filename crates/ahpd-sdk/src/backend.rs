@@ -353,29 +353,11 @@ impl Actor {
             let _ = reply.send(ApprovalOutcome::Approved {
                 edited_input: None,
                 option_id: None,
+                confirmed: ToolCallConfirmationReason::Setting,
             });
             return;
         }
-        let options = vec![
-            ConfirmationOption {
-                id: "allow-once".into(),
-                label: "Allow once".into(),
-                kind: ConfirmationOptionKind::Approve,
-                group: Some(1),
-            },
-            ConfirmationOption {
-                id: "allow-session".into(),
-                label: format!("Allow {display_name} for this session"),
-                kind: ConfirmationOptionKind::Approve,
-                group: Some(1),
-            },
-            ConfirmationOption {
-                id: "deny".into(),
-                label: "Deny".into(),
-                kind: ConfirmationOptionKind::Deny,
-                group: Some(2),
-            },
-        ];
+        let options = crate::agent::approval_options(&display_name);
         self.apply_chat(chat, &ready(None, Some(options)), None);
         let pending_state = self
             .chats

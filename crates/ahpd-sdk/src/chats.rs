@@ -233,9 +233,10 @@ impl Actor {
     /// A new chat's `initialMessage`: a host `chat/turnStarted`, then `begin`.
     fn start_initial(&mut self, chat: &Arc<str>, conn: ConnRef, message: Message) {
         let turn_id = uuid::Uuid::new_v4().to_string();
+        let started_at = util::now_iso();
         let started = StateAction::ChatTurnStarted(ChatTurnStartedAction {
             turn_id: turn_id.clone(),
-            started_at: util::now_iso(),
+            started_at: started_at.clone(),
             message: message.clone(),
             queued_message_id: None,
             meta: None,
@@ -245,6 +246,7 @@ impl Actor {
             chat,
             TurnRequest {
                 turn_id,
+                started_at,
                 message,
                 queued_message_id: None,
                 settings: self.settings(),

@@ -218,6 +218,7 @@ impl Actor {
                 self.mirror_turn_settings(&a.message);
                 let req = TurnRequest {
                     turn_id: a.turn_id.clone(),
+                    started_at: a.started_at.clone(),
                     message: a.message.clone(),
                     queued_message_id: a.queued_message_id.clone(),
                     settings: self.settings(),
@@ -250,8 +251,8 @@ impl Actor {
                     });
                     self.apply_chat(chat, &rm, None);
                 }
-                let turn = a.turn_id.clone();
-                self.with_backend(chat, |s| s.cancel(&turn));
+                let (turn, duration) = (a.turn_id.clone(), a.duration);
+                self.with_backend(chat, |s| s.stopped(&turn, duration));
                 Ok(())
             }
             A::ChatToolCallConfirmed(a) => {
@@ -271,6 +272,10 @@ impl Actor {
                         ApprovalOutcome::Approved {
                             edited_input: a.edited_tool_input.clone(),
                             option_id: a.selected_option_id.clone(),
+                            confirmed: a
+                                .confirmed
+                                .clone()
+                                .unwrap_or(ToolCallConfirmationReason::NotNeeded),
                         }
                     } else {
                         ApprovalOutcome::Denied { reason: a.reason }
@@ -478,9 +483,10 @@ impl Actor {
         });
         let Some(msg) = next else { return };
         let turn_id = uuid::Uuid::new_v4().to_string();
+        let started_at = util::now_iso();
         let started = StateAction::ChatTurnStarted(ChatTurnStartedAction {
             turn_id: turn_id.clone(),
-            started_at: util::now_iso(),
+            started_at: started_at.clone(),
             message: msg.message.clone(),
             queued_message_id: Some(msg.id.clone()),
             meta: None,
@@ -490,6 +496,7 @@ impl Actor {
         }
         let req = TurnRequest {
             turn_id,
+            started_at,
             message: msg.message,
             queued_message_id: Some(msg.id),
             settings: self.settings(),

@@ -215,6 +215,10 @@ impl Session for TrackedSession {
         self.with((), |s| s.cancel(turn_id));
     }
 
+    fn stopped(&mut self, turn_id: &str, duration: i64) {
+        self.with((), |s| s.stopped(turn_id, duration));
+    }
+
     fn steer(&mut self, message: PendingMessage) -> bool {
         self.with(false, |s| s.steer(message))
     }

@@ -5,7 +5,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::ChatInputResponseKind;
 use ahpd_sdk::agent::{ApprovalOutcome, ApprovalRequest};
 use cofold_agents::event::{Command, EventBody};
@@ -16,6 +15,7 @@ use super::{Core, DECLINED, Follow, NOT_JSON, UNANSWERED, lock};
 use crate::actions as act;
 use crate::asks;
 use crate::edits::OpenEdits;
+use crate::turn_facts;
 use crate::turns::{Carry, TurnMapper};
 
 impl Core {
@@ -59,15 +59,6 @@ impl Core {
                         &mut requests,
                         &edits,
                     );
-                }
-                EventBody::ApprovalResolved {
-                    request_id,
-                    decision,
-                    ..
-                } => {
-                    if let Some(call_id) = requests.remove(request_id) {
-                        mapper.settle(&call_id, decision);
-                    }
                 }
                 EventBody::RunSteered { .. } => {
                     let id = lock(&steers).pop_front();
@@ -126,20 +117,7 @@ impl Core {
                 ..
             } => {
                 requests.insert(request_id.clone(), call_id.clone());
-                let view = mapper.title_of(call_id).cloned().unwrap_or_default();
-                let request = ApprovalRequest {
-                    turn_id: turn_id.to_owned(),
-                    tool_call_id: mapper.shown_id(call_id),
-                    invocation_message: StringOrMarkdown::Plain(view.title.clone()),
-                    tool_input: view
-                        .tool_input
-                        .clone()
-                        .map(ahp_types::state::ToolInput::Inline),
-                    confirmation_title: Some(StringOrMarkdown::Plain(
-                        prompt.clone().unwrap_or_else(|| format!("Run {name}?")),
-                    )),
-                    edits: None,
-                };
+                let request = mapper.approval_request(call_id, name, prompt.as_deref());
                 self.spawn_approval(
                     handle.clone(),
                     request_id.clone(),
@@ -157,8 +135,13 @@ impl Core {
                 let request = asks::input_request(request_id, questions);
                 let request_id = request_id.clone();
                 let turn = turn_id.to_owned();
+                let store = self.agent.store.clone();
+                let session = self.backend_id.clone();
                 tokio::spawn(async move {
                     let outcome = ctx.ask_input(&turn, request).await;
+                    if let Some(answer) = turn_facts::input_answer_of(&outcome) {
+                        turn_facts::answered(store.as_ref(), &session, &request_id, &answer).await;
+                    }
                     let command = match outcome.response {
                         ChatInputResponseKind::Accept => Command::Answer {
                             request_id,
@@ -214,10 +197,16 @@ impl Core {
         edits: Option<(OpenEdits, String)>,
     ) {
         let ctx = self.ctx.clone();
+        let store = self.agent.store.clone();
+        let session = self.backend_id.clone();
         tokio::spawn(async move {
             let held = crate::approval_keys::hold(ctx.session_uri(), &request.tool_call_id).await;
             let outcome = ctx.ask_approval(request).await;
             drop(held);
+            // Kept before the run hears it, so the turn reads back with the answer it shows.
+            if let Some(answer) = turn_facts::answer_of(&outcome) {
+                turn_facts::answered(store.as_ref(), &session, &request_id, &answer).await;
+            }
             let command = match outcome {
                 ApprovalOutcome::Approved { edited_input, .. } => {
                     match edited_input.map(|text| serde_json::from_str::<serde_json::Value>(&text))

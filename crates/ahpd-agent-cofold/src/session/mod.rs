@@ -100,6 +100,8 @@ struct State {
     /// The run of a stopped process settled when the session opened, until it is said to the
     /// clients watching or a turn comes first.
     settled: Option<Paused>,
+    /// Turns a client stopped → the duration it gave, kept with the turn once its run ends.
+    stops: HashMap<String, i64>,
 }
 
 /// Shared by the session object and its run tasks.
@@ -251,7 +253,22 @@ impl Core {
         let images = follow.images;
         let task_core = self.clone();
         let task_steers = steers.clone();
+        // A reattached run's turn was begun (and kept) by the process that started it.
+        let header = (!follow.reopened).then(|| crate::turn_facts::Header {
+            started_at: turn.started_at.clone(),
+            message: turn.message.clone(),
+        });
         tokio::spawn(async move {
+            let store = task_core.agent.store.clone();
+            if let Some(header) = &header {
+                crate::turn_facts::started(
+                    store.as_ref(),
+                    &task_core.backend_id,
+                    &turn.turn_id,
+                    header,
+                )
+                .await;
+            }
             let (resumable, carry, ending) = task_core
                 .clone()
                 .follow(turn.turn_id.clone(), follow, task_steers)
@@ -263,6 +280,16 @@ impl Core {
                 .await
                 .ok()
                 .and_then(|m| m.last().map(|m| m.id.clone()));
+            let stop = lock(&task_core.state).stops.remove(&turn.turn_id);
+            if let Some(duration) = stop {
+                crate::turn_facts::stopped(
+                    store.as_ref(),
+                    &task_core.backend_id,
+                    &turn.turn_id,
+                    duration,
+                )
+                .await;
+            }
             let _ = done_tx.send(true);
             task_core.finished(
                 Finished {
@@ -545,6 +572,13 @@ impl Session for CofoldSession {
     fn cancel(&mut self, _turn_id: &str) {
         self.core.reopen_pending();
         self.core.cancel_all(STOP_REASON);
+    }
+
+    fn stopped(&mut self, turn_id: &str, duration: i64) {
+        lock(&self.core.state)
+            .stops
+            .insert(turn_id.to_owned(), duration);
+        self.cancel(turn_id);
     }
 
     fn steer(&mut self, message: PendingMessage) -> bool {

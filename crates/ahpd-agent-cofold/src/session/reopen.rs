@@ -44,6 +44,7 @@ impl Paused {
     fn turn(&self, settings: serde_json::Map<String, serde_json::Value>) -> TurnRequest {
         TurnRequest {
             turn_id: self.turn_id.clone(),
+            started_at: self.started_at.clone(),
             message: Message {
                 text: self.text.clone(),
                 origin: MessageOrigin {
@@ -153,6 +154,7 @@ impl Core {
         // is built as for a turn with the session's settings and no input.
         let turn = TurnRequest {
             turn_id: cofold_agents::id::new_id(),
+            started_at: cofold_agents::id::Timestamp::now().to_string(),
             message: Message {
                 text: String::new(),
                 origin: MessageOrigin {
@@ -266,14 +268,8 @@ impl Core {
                 } => {
                     requests.insert(request_id.clone(), call_id.clone());
                 }
-                EventBody::ApprovalResolved {
-                    request_id,
-                    decision,
-                    ..
-                } => {
-                    if let Some(call_id) = requests.remove(request_id) {
-                        mapper.settle(&call_id, decision);
-                    }
+                EventBody::ApprovalResolved { request_id, .. } => {
+                    requests.remove(request_id);
                 }
                 _ => {}
             }

@@ -22,7 +22,7 @@ fn with_attachments(text: &str, attachments: serde_json::Value) -> Message {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attachments_become_parts_files_and_references() {
+async fn case_133_134_attachments_become_parts_files_and_references() {
     let place = Place::new();
     let ep = endpoint(vec![text("plain"), text("seen")]);
     let agent = agent(

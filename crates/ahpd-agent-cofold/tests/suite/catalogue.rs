@@ -38,7 +38,7 @@ fn usages(w: &Watch) -> Vec<ahp_types::state::UsageInfo> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_catalogue_price_gives_the_turn_its_cost() {
+async fn case_128_130_a_catalogue_price_gives_the_turn_its_cost() {
     // Items 128 (running totals, cost last) and 130.
     let place = Place::new();
     let step = |prompt: u64, completion: u64, with_call: bool| {
@@ -159,7 +159,7 @@ fn notices(parts: &[ResponsePart]) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_history_is_compacted_with_one_notice() {
+async fn case_059_131_132_a_long_history_is_compacted_with_one_notice() {
     // Item 132 (and 131's 10000-window point).
     let place = Place::new();
     let store = place.home.join("store");
@@ -247,7 +247,7 @@ async fn a_long_history_is_compacted_with_one_notice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
+async fn case_133_135_a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
     // Item 133, the image-capable half, and 135's steering message with an image.
     let place = Place::new();
     let gate = testkit::Gate::new();
@@ -348,7 +348,7 @@ async fn a_pasted_image_is_an_image_part_for_a_model_that_takes_images() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_totals_carry_cache_tokens_and_the_cost_comes_last() {
+async fn case_128_running_totals_carry_cache_tokens_and_the_cost_comes_last() {
     // Item 128, on an embedder's adapter that reports cache-write tokens (the OpenAI-compatible
     // adapter reads none from the wire).
     use cofold_agents::model::{ModelPricing, Usage};

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_tool_runs_on_its_client_and_its_result_reaches_the_model() {
+async fn case_111_112_a_client_tool_runs_on_its_client_and_its_result_reaches_the_model() {
     let place = Place::new();
     let ep = endpoint(vec![
         call("c1", "probe__openFile", json!({ "path": "/a.txt" })),

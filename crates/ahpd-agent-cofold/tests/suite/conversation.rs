@@ -10,7 +10,7 @@ use serde_json::json;
 use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_reads_edits_searches_and_runs_a_command() {
+async fn case_079_a_turn_reads_edits_searches_and_runs_a_command() {
     let place = Place::new();
     std::fs::write(place.work.join("a.txt"), "hello world\n").unwrap();
     let ep = endpoint(vec![

@@ -58,7 +58,7 @@ async fn approve_to_completion(w: &mut Watch, chat: &str, turn: &str) {
 }
 
 #[test]
-fn case_6_tools_files_no_is_refused_as_true_or_false() {
+fn case_006_tools_files_no_is_refused_as_true_or_false() {
     // The daemon words a type error at `tools.files` as `must be true or false`; any other
     // keyword there reads `does not fit the schema (…)`.
     let schema = options_schema();
@@ -87,7 +87,7 @@ fn case_6_tools_files_no_is_refused_as_true_or_false() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case_54_a_created_session_with_nothing_said_is_listed_with_an_empty_transcript() {
+async fn case_054_a_created_session_with_nothing_said_is_listed_with_an_empty_transcript() {
     let place = Place::new();
     let agent = Arc::new(agent(
         json!({ "memory": true, "baseUrl": "http://127.0.0.1:9/v1", "model": "m" }),
@@ -115,7 +115,7 @@ async fn case_54_a_created_session_with_nothing_said_is_listed_with_an_empty_tra
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case_47_chats_of_a_session_without_a_folder_share_its_scratch_folder() {
+async fn case_047_chats_of_a_session_without_a_folder_share_its_scratch_folder() {
     let place = Place::new();
     let agent = Arc::new(agent(
         json!({ "memory": true, "baseUrl": "http://127.0.0.1:9/v1", "model": "m" }),
@@ -143,7 +143,7 @@ async fn case_47_chats_of_a_session_without_a_folder_share_its_scratch_folder() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case_67_a_fork_point_the_store_lacks_fails_the_first_turn() {
+async fn case_067_a_fork_point_the_store_lacks_fails_the_first_turn() {
     let place = Place::new();
     let ep = endpoint(vec![text("answer one"), text("never asked")]);
     let agent = Arc::new(agent(
@@ -286,7 +286,7 @@ async fn an_edited_input_that_is_not_json_is_refused_and_the_original_never_runs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case_42_the_configured_model_keeps_its_declared_levels_when_unlisted() {
+async fn case_042_the_configured_model_keeps_its_declared_levels_when_unlisted() {
     let place = Place::new();
     let ep = testkit::Endpoint::builder()
         .models_body(json!({ "object": "list", "data": [{ "id": "other" }] }))

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_truncated_chat_is_cut_in_the_store_and_goes_on() {
+async fn case_065_a_truncated_chat_is_cut_in_the_store_and_goes_on() {
     let place = Place::new();
     let ep = endpoint(vec![
         text("one"),
@@ -122,7 +122,7 @@ async fn twenty_sessions_stream_every_delta_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_restart_the_session_is_listed_read_back_and_continues() {
+async fn case_057_060_062_after_a_restart_the_session_is_listed_read_back_and_continues() {
     let place = Place::new();
     std::fs::write(place.work.join("a.txt"), "hello world").unwrap();
     let store = place.home.join("store");
@@ -197,7 +197,7 @@ async fn after_a_restart_the_session_is_listed_read_back_and_continues() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chat_forked_through_the_host_copies_the_conversation_through_its_turn() {
+async fn case_064_a_chat_forked_through_the_host_copies_the_conversation_through_its_turn() {
     // Item 64: `createChat` with a fork source at `t2`.
     let place = Place::new();
     let store = place.home.join("store");

@@ -70,7 +70,7 @@ async fn session(agent: impl Agent + 'static, place: &Place, mode: &str) -> (Wat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_tool_runs_in_order_and_its_result_reaches_the_model() {
+async fn case_078_a_host_tool_runs_in_order_and_its_result_reaches_the_model() {
     // Item 78.
     let place = Place::new();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -181,7 +181,7 @@ async fn a_failing_or_panicking_host_tool_is_a_failed_call_and_the_turn_goes_on(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn host_tools_take_their_names_and_are_titled_by_them() {
+async fn case_084_085_host_tools_take_their_names_and_are_titled_by_them() {
     // Items 84 and 85.
     let place = Place::new();
     let store = place.home.join("store");
@@ -325,7 +325,7 @@ async fn host_tools_take_their_names_and_are_titled_by_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_ask_user_replaces_cofolds_and_asks_nothing() {
+async fn case_086_a_host_ask_user_replaces_cofolds_and_asks_nothing() {
     // Item 86.
     let place = Place::new();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -387,7 +387,7 @@ async fn a_host_ask_user_replaces_cofolds_and_asks_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_with_host_tools_off_leaves_them_out() {
+async fn case_019_a_record_with_host_tools_off_leaves_them_out() {
     // Item 19.
     let place = Place::new();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -482,7 +482,7 @@ fn which_note() -> Vec<Question> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_tool_asks_a_question_and_reads_the_answer() {
+async fn case_107_108_a_host_tool_asks_a_question_and_reads_the_answer() {
     // Items 107 and 108 for a host tool.
     let place = Place::new();
     let heard: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -559,7 +559,7 @@ async fn a_host_tool_asks_a_question_and_reads_the_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cofolds_ask_user_is_answered_or_declined_through_the_host() {
+async fn case_108_109_cofolds_ask_user_is_answered_or_declined_through_the_host() {
     // Items 108 and 109 for cofold's own `ask_user`.
     let place = Place::new();
     let ask = json!({ "questions": [{ "id": "which", "question": "Which note?", "options": [{ "label": "monday" }, { "label": "tuesday" }] }] });
@@ -605,7 +605,7 @@ async fn cofolds_ask_user_is_answered_or_declined_through_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_mode_decides_host_tools_by_their_effects() {
+async fn case_104_each_mode_decides_host_tools_by_their_effects() {
     // The host-tool rows of engine case 104.
     let place = Place::new();
     let inside = place.work.join("in.txt");

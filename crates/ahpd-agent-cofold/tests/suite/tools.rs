@@ -47,7 +47,7 @@ async fn one_call(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn offered_tools_follow_the_options() {
+async fn case_008_083_084_offered_tools_follow_the_options() {
     let place = Place::new();
     let store = place.home.join("store");
     for (options, expected) in [
@@ -123,7 +123,7 @@ async fn offered_tools_follow_the_options() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_is_titled_by_the_file_relative_to_the_workspace() {
+async fn case_087_a_read_is_titled_by_the_file_relative_to_the_workspace() {
     let place = Place::new();
     std::fs::write(place.work.join("a.txt"), "hello world").unwrap();
     let absolute = place.work.join("a.txt").display().to_string();
@@ -153,7 +153,7 @@ async fn a_read_is_titled_by_the_file_relative_to_the_workspace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shell_call_is_drawn_as_a_terminal() {
+async fn case_088_a_shell_call_is_drawn_as_a_terminal() {
     let place = Place::new();
     let (mut w, _ep, th) = one_call(
         &place,
@@ -226,7 +226,7 @@ impl StartedAt for ahp_types::actions::ChatToolCallReadyAction {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shell_call_the_mode_refuses_has_no_times() {
+async fn case_089_a_shell_call_the_mode_refuses_has_no_times() {
     let place = Place::new();
     let (mut w, ep, th) = one_call(
         &place,
@@ -255,7 +255,7 @@ async fn a_shell_call_the_mode_refuses_has_no_times() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edits_are_announced_before_and_after() {
+async fn case_092_094_edits_are_announced_before_and_after() {
     let place = Place::new();
     std::fs::write(place.work.join("a.txt"), "one\n").unwrap();
     let mut embedder = place.embedder();
@@ -322,7 +322,7 @@ async fn edits_are_announced_before_and_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_mode_decides_as_the_table_says() {
+async fn case_104_each_mode_decides_as_the_table_says() {
     // (mode, tool, input, outcome): run, ask or deny.
     let place = Place::new();
     std::fs::write(place.work.join("in.txt"), "x").unwrap();
@@ -406,7 +406,7 @@ async fn each_mode_decides_as_the_table_says() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn usage_is_a_running_total_with_the_cost_last() {
+async fn case_128_usage_is_a_running_total_with_the_cost_last() {
     let place = Place::new();
     let first = Reply::stream(vec![
         Frame::Chunk(chunk::role()),

@@ -22,7 +22,8 @@ fn confirm(turn: &str, call: &str, approved: bool) -> StateAction {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_model() {
+async fn case_095_096_097_099_a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_model()
+ {
     let place = Place::new();
     let ep = endpoint(vec![
         call(
@@ -138,7 +139,7 @@ async fn a_write_under_default_waits_for_a_person_and_a_refusal_reaches_the_mode
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_while_text_streams_ends_the_turn_once() {
+async fn case_080_a_stop_while_text_streams_ends_the_turn_once() {
     let place = Place::new();
     let gate = Gate::new();
     let ep = endpoint(vec![Reply::stream(vec![
@@ -188,7 +189,7 @@ async fn a_stop_while_text_streams_ends_the_turn_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steering_message_reaches_the_next_step_of_the_running_turn() {
+async fn case_114_a_steering_message_reaches_the_next_step_of_the_running_turn() {
     let place = Place::new();
     std::fs::write(place.work.join("a.txt"), "hello\n").unwrap();
     let gate = Gate::new();
@@ -235,23 +236,17 @@ async fn a_steering_message_reaches_the_next_step_of_the_running_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_endpoint_fails_the_turn_with_a_resumable_error() {
+async fn case_081_122_123_a_failing_endpoint_fails_the_turn_with_a_resumable_error() {
     let place = Place::new();
     // No reply scripted: every chat request gets the endpoint's 500.
     let ep = endpoint(vec![]);
-    let agent = agent(
+    let agent = Arc::new(agent(
         json!({ "memory": true, "baseUrl": ep.base_url(), "model": "m" }),
         place.embedder(),
-    );
-    let th = host(vec![Arc::new(agent)]).await;
-    let mut w = Watch::create(
-        &th,
-        "cofold",
-        &fresh_id("fail"),
-        Some(&place.work),
-        json!({}),
-    )
-    .await;
+    ));
+    let th = host(vec![agent.clone()]).await;
+    let id = fresh_id("fail");
+    let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
     w.send("t1", "hello").await;
     match w.end("t1").await {
         StateAction::ChatError(e) => {
@@ -282,10 +277,20 @@ async fn a_failing_endpoint_fails_the_turn_with_a_resumable_error() {
     assert_eq!(request_text(&last).matches("hello").count(), 1);
     w.assert_mirror(&th).await;
     assert_eq!(w.chat_state().turns.len(), 1);
+    // Case 81: a later good turn brings the status back to idle.
+    assert_eq!(w.chat_state().status & SessionStatus::Error.0, 0);
+    // Case 123: the conversation was made again in the same folder, with one turn.
+    use ahpd_sdk::Agent;
+    assert_eq!(agent.transcript(&id).await.unwrap().len(), 1);
+    let row = agent.find(&id).await.expect("listed again");
+    assert_eq!(
+        row.working_directories,
+        [ahpd_sdk::util::file_uri(&place.work)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_with_no_model_fails_with_the_sentence() {
+async fn case_031_032_a_turn_with_no_model_fails_with_the_sentence() {
     let place = Place::new();
     place.copapo(json!({}));
     let agent = agent(json!({ "memory": true }), place.embedder());
@@ -329,7 +334,7 @@ fn turn_of(action: &StateAction) -> Option<&str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_sent_while_one_streams_takes_its_place_and_runs_after_it() {
+async fn case_117_a_turn_sent_while_one_streams_takes_its_place_and_runs_after_it() {
     let place = Place::new();
     let gate = Gate::new();
     let ep = endpoint(vec![
@@ -383,7 +388,7 @@ async fn a_turn_sent_while_one_streams_takes_its_place_and_runs_after_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resumed_attempt_shows_a_repeated_call_id_with_its_attempt() {
+async fn case_125_a_resumed_attempt_shows_a_repeated_call_id_with_its_attempt() {
     let place = Place::new();
     let ep = endpoint(vec![call("c1", "list_files", json!({ "pattern": "*" }))]);
     let agent = agent(
