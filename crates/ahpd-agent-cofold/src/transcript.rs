@@ -139,7 +139,10 @@ pub(crate) async fn turns(store: &dyn Store, id: &str, at: &ReadBack<'_>) -> Opt
     let dead = store.dead_writer(id).await.ok().flatten();
     let facts = turn_facts::read(store, id).await;
     let mut out = Vec::new();
-    for m in messages.iter().filter(|m| is_prompt(m)) {
+    // A turn begins at a run's input; a steer is input too, but no run begins with it, and it
+    // shows in no turn (live, it is a pending message the run took).
+    let starts_turn = |m: &&Message| is_prompt(m) && (runs.is_empty() || runs.contains_key(&m.id));
+    for m in messages.iter().filter(starts_turn) {
         let run = runs.get(&m.id);
         if run.is_some_and(|r| {
             r.status == RunStatus::Awaiting

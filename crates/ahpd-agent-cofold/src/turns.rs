@@ -7,11 +7,11 @@
 //! runner's job.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ahp_types::actions::StateAction;
 use ahp_types::common::StringOrMarkdown;
-use ahp_types::state::{ToolInput, UsageInfo};
+use ahp_types::state::ToolInput;
 use ahpd_sdk::agent::ApprovalRequest;
 use cofold_agents::event::{ApprovalDecision, DeltaKind, Event, EventBody, OutcomeKind};
 use cofold_agents::id::Timestamp;

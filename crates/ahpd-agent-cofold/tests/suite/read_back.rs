@@ -52,8 +52,11 @@ async fn read_back(options: &Value, place: &Place, id: &str) -> Vec<Value> {
 
 /// Compares each live turn with its read-back twin, naming the first that differs.
 fn assert_same(live: &[Value], stored: &[Value], kinds: &[&str]) {
-    assert_eq!(live.len(), kinds.len(), "live turns");
-    assert_eq!(stored.len(), live.len(), "read-back turns");
+    let ids = |turns: &[Value]| -> Vec<String> {
+        turns.iter().map(|t| format!("{}:{}", t["id"], t["message"]["text"])).collect()
+    };
+    assert_eq!(live.len(), kinds.len(), "live turns {:?}", ids(live));
+    assert_eq!(stored.len(), live.len(), "read-back turns {:?}", ids(stored));
     for ((l, s), kind) in live.iter().zip(stored).zip(kinds) {
         assert_eq!(
             l, s,
@@ -294,16 +297,22 @@ async fn every_kind_of_turn_reads_back_as_it_was_seen_live() {
 async fn a_compacted_turn_reads_back_as_it_was_seen_live() {
     let place = Place::new();
     let store = place.home.join("store");
-    let ep = endpoint(vec![
-        text("first answer"),
-        Reply::completion_text("SUMMARY-OF-IT-ALL"),
-        text("second answer"),
-    ]);
-    let options = json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(),
-        "model": "m", "autoCompactTokens": 5000 });
+    // A listed window of 10000 tokens puts the compaction point at 8000.
+    let ep = testkit::Endpoint::builder()
+        .models_body(json!({ "object": "list", "data": [{ "id": "m", "context_length": 10000 }] }))
+        .replies(vec![
+            text("first answer"),
+            Reply::completion_text("SUMMARY-OF-IT-ALL"),
+            text("second answer"),
+        ])
+        .start()
+        .unwrap();
+    let options = json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" });
     let id = fresh_id("readback-compact");
     let live: Vec<Value> = {
-        let th = host(vec![Arc::new(agent(options.clone(), place.embedder()))]).await;
+        let first = Arc::new(agent(options.clone(), place.embedder()));
+        ahpd_sdk::Agent::probe(first.as_ref()).await;
+        let th = host(vec![first]).await;
         let mut w = Watch::create(&th, "cofold", &id, Some(&place.work), json!({})).await;
         w.send("t1", &"a".repeat(20000)).await;
         complete(&mut w, "t1").await;
