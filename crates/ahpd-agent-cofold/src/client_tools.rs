@@ -33,6 +33,24 @@ pub(crate) fn result_text(result: &ToolCallResult) -> String {
     lines.join("\n")
 }
 
+/// Why a failed client call failed, when its result carries no content: the host puts its own
+/// sentence (the client left, it did not answer in time) in `error` and the past-tense message.
+fn failure_reason(result: &ToolCallResult) -> String {
+    let error = match &result.error {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Object(o)) => o.get("message").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    let past = match &result.past_tense_message {
+        ahp_types::common::StringOrMarkdown::Plain(s) => s.clone(),
+        ahp_types::common::StringOrMarkdown::Markdown { markdown } => markdown.clone(),
+    };
+    error
+        .filter(|e| !e.trim().is_empty())
+        .or_else(|| (!past.trim().is_empty()).then_some(past))
+        .unwrap_or_else(|| "The tool failed".to_owned())
+}
+
 /// The cofold tool wrapping one client tool for one turn.
 pub(crate) fn client_tool(
     ctx: SessionContext,
@@ -84,7 +102,7 @@ pub(crate) fn client_tool(
                     detail: None,
                 })
             } else if text.is_empty() {
-                Err(ToolError::failed("The tool failed"))
+                Err(ToolError::failed(failure_reason(&result)))
             } else {
                 Err(ToolError::failed(text))
             }

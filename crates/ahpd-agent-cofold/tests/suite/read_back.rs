@@ -53,10 +53,18 @@ async fn read_back(options: &Value, place: &Place, id: &str) -> Vec<Value> {
 /// Compares each live turn with its read-back twin, naming the first that differs.
 fn assert_same(live: &[Value], stored: &[Value], kinds: &[&str]) {
     let ids = |turns: &[Value]| -> Vec<String> {
-        turns.iter().map(|t| format!("{}:{}", t["id"], t["message"]["text"])).collect()
+        turns
+            .iter()
+            .map(|t| format!("{}:{}", t["id"], t["message"]["text"]))
+            .collect()
     };
     assert_eq!(live.len(), kinds.len(), "live turns {:?}", ids(live));
-    assert_eq!(stored.len(), live.len(), "read-back turns {:?}", ids(stored));
+    assert_eq!(
+        stored.len(),
+        live.len(),
+        "read-back turns {:?}",
+        ids(stored)
+    );
     for ((l, s), kind) in live.iter().zip(stored).zip(kinds) {
         assert_eq!(
             l, s,
@@ -307,7 +315,8 @@ async fn a_compacted_turn_reads_back_as_it_was_seen_live() {
         ])
         .start()
         .unwrap();
-    let options = json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" });
+    let options =
+        json!({ "store": store.display().to_string(), "baseUrl": ep.base_url(), "model": "m" });
     let id = fresh_id("readback-compact");
     let live: Vec<Value> = {
         let first = Arc::new(agent(options.clone(), place.embedder()));
