@@ -56,7 +56,7 @@ fn confirmed(request: &ApprovalRequest, answer: &Answer) -> StateAction {
             edited.clone(),
             None,
         ),
-        Answer::Denied { reason } => (false, None, None, None, reason.clone()),
+        Answer::Denied { reason } => (false, None, None, None, *reason),
         Answer::Input { .. } => (false, None, None, None, None),
     };
     StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
@@ -102,7 +102,7 @@ fn input_actions(
     if let Some(Answer::Input { response, answers }) = answer {
         out.push(StateAction::ChatInputCompleted(ChatInputCompletedAction {
             request_id: request_id.to_owned(),
-            response: response.clone(),
+            response: *response,
             answers: answers.clone(),
         }));
     }

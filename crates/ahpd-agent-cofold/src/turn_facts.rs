@@ -66,9 +66,7 @@ pub(crate) fn answer_of(outcome: &ahpd_sdk::agent::ApprovalOutcome) -> Option<An
             option: option_id.clone(),
             edited: edited_input.clone(),
         }),
-        ApprovalOutcome::Denied { reason } => Some(Answer::Denied {
-            reason: reason.clone(),
-        }),
+        ApprovalOutcome::Denied { reason } => Some(Answer::Denied { reason: *reason }),
         ApprovalOutcome::Cancelled => None,
     }
 }
@@ -77,7 +75,7 @@ pub(crate) fn answer_of(outcome: &ahpd_sdk::agent::ApprovalOutcome) -> Option<An
 pub(crate) fn input_answer_of(outcome: &ahpd_sdk::agent::InputOutcome) -> Option<Answer> {
     match outcome.response {
         ChatInputResponseKind::Accept | ChatInputResponseKind::Decline => Some(Answer::Input {
-            response: outcome.response.clone(),
+            response: outcome.response,
             answers: outcome.answers.clone(),
         }),
         _ => None,

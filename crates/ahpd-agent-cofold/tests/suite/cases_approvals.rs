@@ -406,7 +406,7 @@ async fn case_126_turns_that_cannot_be_resumed_are_refused() {
         StateAction::ChatError(e) => assert_eq!(e.part.resumable, None),
         other => panic!("expected a failure, got {other:?}"),
     }
-    let refusal = session.resume_turn("t1").err().expect("refused");
+    let refusal = session.resume_turn("t1").expect_err("refused");
     assert_eq!(refusal.0, "cofold: turn t1 cannot be resumed");
 
     // An older turn, once a later one failed.
@@ -427,7 +427,7 @@ async fn case_126_turns_that_cannot_be_resumed_are_refused() {
         StateAction::ChatError(e) => assert_eq!(e.part.resumable, Some(true)),
         other => panic!("expected a failure, got {other:?}"),
     }
-    let refusal = session.resume_turn("t1").err().expect("refused");
+    let refusal = session.resume_turn("t1").expect_err("refused");
     assert_eq!(refusal.0, "cofold: turn t1 cannot be resumed");
     session.close().await;
 
@@ -464,7 +464,7 @@ async fn case_126_turns_that_cannot_be_resumed_are_refused() {
             .unwrap();
         (s, probe)
     };
-    let refusal = session.resume_turn("t2").err().expect("refused");
+    let refusal = session.resume_turn("t2").expect_err("refused");
     assert_eq!(refusal.0, "cofold: turn t2 cannot be resumed");
 }
 

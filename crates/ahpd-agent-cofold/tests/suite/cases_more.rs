@@ -190,7 +190,7 @@ async fn case_090_a_stop_kills_a_backgrounded_child() {
     ));
     let alive = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.split(' ').nth(2).is_some_and(|state| state == "Z"))
+            .map(|s| s.split(' ').nth(2).is_none_or(|state| state != "Z"))
             .unwrap_or(false)
     };
     while alive(pid) {
