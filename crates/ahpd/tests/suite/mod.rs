@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod mcp;
 mod crash;
 mod daemon;
 mod plugins;
