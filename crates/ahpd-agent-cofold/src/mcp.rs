@@ -84,8 +84,14 @@ impl Entry {
         if !self.enabled() {
             return McpServerState::Stopped(McpServerStoppedState {});
         }
-        match self.server.state().status {
-            Status::Starting => McpServerState::Starting(McpServerStartingState {
+        self.state_of(self.server.state().status)
+    }
+
+    /// A server status as clients see it while this session uses the server. A server not yet
+    /// started is about to start: the session holds a lease on it.
+    fn state_of(&self, status: Status) -> McpServerState {
+        match status {
+            Status::Starting | Status::Stopped => McpServerState::Starting(McpServerStartingState {
                 blocking: Some(true),
             }),
             Status::Ready => McpServerState::Ready(McpServerReadyState {}),
@@ -97,7 +103,6 @@ impl Entry {
                     meta: None,
                 },
             }),
-            Status::Stopped => McpServerState::Stopped(McpServerStoppedState {}),
         }
     }
 }
@@ -171,25 +176,38 @@ impl Sessions {
     }
 }
 
-/// Says the server's state to the session's clients each time it changes.
+/// Says each of the server's states to the session's clients, in order (a failure followed at
+/// once by the restart's `starting` is still said).
 async fn follow(entry: Arc<Entry>, ctx: SessionContext, stop: CancellationToken) {
-    let mut state = entry.server.watch();
+    let mut statuses = entry.server.statuses();
     loop {
-        tokio::select! {
-            changed = state.changed() => if changed.is_err() { return },
+        let status = tokio::select! {
+            status = statuses.recv() => match status {
+                Ok(status) => Some(status),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
             () = stop.cancelled() => return,
-        }
+        };
         if entry.enabled() {
-            emit_state(&ctx, &entry);
+            let state = match status {
+                Some(status) => entry.state_of(status),
+                None => entry.shown(),
+            };
+            emit(&ctx, &entry.id, state);
         }
     }
 }
 
 fn emit_state(ctx: &SessionContext, entry: &Entry) {
+    emit(ctx, &entry.id, entry.shown());
+}
+
+fn emit(ctx: &SessionContext, id: &str, state: McpServerState) {
     ctx.emit(StateAction::SessionMcpServerStateChanged(Box::new(
         SessionMcpServerStateChangedAction {
-            id: entry.id.clone(),
-            state: entry.shown(),
+            id: id.to_owned(),
+            state,
             channel: None,
         },
     )));

@@ -34,7 +34,7 @@ pub struct CallOutput {
 }
 
 /// Why a call gave nothing back.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
     /// The server is not ready.
     #[error("the MCP server {server} is not running ({status})")]

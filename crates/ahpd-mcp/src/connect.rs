@@ -6,8 +6,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientInfo, Implementation, ProtocolVersion};
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -43,8 +43,8 @@ impl ClientHandler for Handler {
         let _ = self.tools_changed.send(());
     }
 
-    fn get_info(&self) -> ClientInfo {
-        let mut info = ClientInfo::new(
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("ahpd", env!("CARGO_PKG_VERSION")),
         );
@@ -64,12 +64,6 @@ pub(crate) struct Connected {
     pub group: Option<u32>,
     /// The last lines the server wrote to standard error (secrets blanked).
     pub stderr: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl Connected {
-    pub fn peer(&self) -> Peer<RoleClient> {
-        self.service.peer().clone()
-    }
 }
 
 /// Resolves every value, or says which secret could not be read (its name only).

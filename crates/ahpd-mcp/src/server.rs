@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::SecretResolver;
@@ -77,6 +77,8 @@ pub struct Server {
     pub(crate) spec: ServerSpec,
     secrets: SecretResolver,
     state: watch::Sender<ServerState>,
+    /// Every status in order, for those who must not miss a short-lived one.
+    statuses: broadcast::Sender<Status>,
     users: watch::Sender<usize>,
     kick: Notify,
     broken: Notify,
@@ -138,6 +140,7 @@ impl Server {
                 tools: Arc::default(),
                 restarts: 0,
             }),
+            statuses: broadcast::Sender::new(64),
             users: watch::Sender::new(0),
             kick: Notify::new(),
             broken: Notify::new(),
@@ -177,6 +180,11 @@ impl Server {
         self.state.subscribe()
     }
 
+    /// Every status from now on, in order (a receiver that falls 64 behind is told it lagged).
+    pub fn statuses(&self) -> broadcast::Receiver<Status> {
+        self.statuses.subscribe()
+    }
+
     /// Starts it again now rather than after the backoff (a person asked).
     pub fn retry(&self) {
         self.kick.notify_one();
@@ -197,6 +205,7 @@ impl Server {
         } else {
             tracing::info!(server = %self.name, status = status.word(), tools = tools.len(), "MCP server");
         }
+        let _ = self.statuses.send(status.clone());
         self.state.send_modify(|s| {
             s.status = status;
             s.tools = tools;
