@@ -91,9 +91,11 @@ impl Entry {
     /// started is about to start: the session holds a lease on it.
     fn state_of(&self, status: Status) -> McpServerState {
         match status {
-            Status::Starting | Status::Stopped => McpServerState::Starting(McpServerStartingState {
-                blocking: Some(true),
-            }),
+            Status::Starting | Status::Stopped => {
+                McpServerState::Starting(McpServerStartingState {
+                    blocking: Some(true),
+                })
+            }
             Status::Ready => McpServerState::Ready(McpServerReadyState {}),
             Status::Failed(why) => McpServerState::Error(McpServerErrorState {
                 error: ErrorInfo {
@@ -289,7 +291,9 @@ impl SessionMcp {
             }
             for tool in state.tools.iter() {
                 let name = tool_name(&entry.name, &tool.name);
-                if taken.contains(&name) || out.iter().any(|(t, _): &(Tool, String)| t.name() == name) {
+                if taken.contains(&name)
+                    || out.iter().any(|(t, _): &(Tool, String)| t.name() == name)
+                {
                     continue;
                 }
                 let shown = tool.title.clone().unwrap_or_else(|| tool.name.clone());
@@ -368,7 +372,11 @@ fn wrap(server: &Arc<Server>, tool: &McpTool, name: &str, images_dir: &Path) -> 
 
 /// The model reads the text, then the structured content; images are kept as files beside the
 /// session's attachments and named in the text.
-fn output_of(output: CallOutput, images_dir: &Path, call_id: &str) -> Result<ToolOutput, ToolError> {
+fn output_of(
+    output: CallOutput,
+    images_dir: &Path,
+    call_id: &str,
+) -> Result<ToolOutput, ToolError> {
     let mut text = output.text;
     if let Some(structured) = &output.structured {
         let rendered = serde_json::to_string(structured).unwrap_or_default();
@@ -384,7 +392,10 @@ fn output_of(output: CallOutput, images_dir: &Path, call_id: &str) -> Result<Too
         let path = save_image(images_dir, call_id, n, &image.mime_type, &image.data);
         let note = match &path {
             Some(p) => format!("[image {} kept at {}]", image.mime_type, p.display()),
-            None => format!("[image {} (not kept: it could not be decoded or written)]", image.mime_type),
+            None => format!(
+                "[image {} (not kept: it could not be decoded or written)]",
+                image.mime_type
+            ),
         };
         if !text.is_empty() {
             text.push('\n');
@@ -409,7 +420,9 @@ fn output_of(output: CallOutput, images_dir: &Path, call_id: &str) -> Result<Too
 
 fn save_image(dir: &Path, call_id: &str, n: usize, mime: &str, data: &str) -> Option<PathBuf> {
     use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .ok()?;
     let ext = match mime {
         "image/png" => "png",
         "image/jpeg" => "jpg",
@@ -419,7 +432,13 @@ fn save_image(dir: &Path, call_id: &str, n: usize, mime: &str, data: &str) -> Op
     };
     let safe: String = call_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     std::fs::create_dir_all(dir).ok()?;
     let path = dir.join(format!("mcp-{safe}-{n}.{ext}"));
@@ -433,7 +452,10 @@ mod tests {
 
     #[test]
     fn tool_names_follow_the_convention() {
-        assert_eq!(tool_name("time", "get_current_time"), "mcp__time__get_current_time");
+        assert_eq!(
+            tool_name("time", "get_current_time"),
+            "mcp__time__get_current_time"
+        );
         assert_eq!(tool_name("fs", "read.file"), "mcp__fs__read_file");
         assert_eq!(tool_name("s", &"x".repeat(100)).len(), 64);
     }

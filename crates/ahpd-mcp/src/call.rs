@@ -75,11 +75,7 @@ impl Server {
         timeout: Option<Duration>,
         stop: impl Future<Output = ()>,
     ) -> Result<CallOutput, CallError> {
-        let peer = self
-            .peer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let peer = self.peer.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(peer) = peer else {
             let status = match self.state().status {
                 Status::Failed(why) => format!("failed: {why}"),

@@ -76,9 +76,8 @@ fn resolve(
     for (name, value) in values {
         let v = match value {
             SecretValue::Literal(s) => s.clone(),
-            SecretValue::Secret(secret) => {
-                secrets(secret).map_err(|why| format!("the secret {secret} cannot be read: {why}"))?
-            }
+            SecretValue::Secret(secret) => secrets(secret)
+                .map_err(|why| format!("the secret {secret} cannot be read: {why}"))?,
         };
         if !v.is_empty() {
             found.push(v.clone());
@@ -120,7 +119,12 @@ pub(crate) async fn connect(
             let (child, err) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("cannot start {command}: {}", redact(&e.to_string(), &hidden)))?;
+                .map_err(|e| {
+                    format!(
+                        "cannot start {command}: {}",
+                        redact(&e.to_string(), &hidden)
+                    )
+                })?;
             let group = child.id();
             if let Some(err) = err {
                 let tail = stderr.clone();
@@ -160,11 +164,14 @@ pub(crate) async fn connect(
                 };
                 custom.insert(k, v);
             }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(custom);
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::from_config(config);
             let served = tokio::time::timeout(spec.startup_timeout, handler.serve(transport)).await;
-            (finish(name, served, spec.startup_timeout, &hidden, &stderr)?, None)
+            (
+                finish(name, served, spec.startup_timeout, &hidden, &stderr)?,
+                None,
+            )
         }
     };
     Ok(Connected {

@@ -48,7 +48,10 @@ pub struct ServerReport {
 impl std::fmt::Debug for McpHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHub")
-            .field("configured", &self.inner.configured.keys().collect::<Vec<_>>())
+            .field(
+                "configured",
+                &self.inner.configured.keys().collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -76,11 +79,7 @@ impl McpHub {
     /// The server for this entry: the running one of an equal entry, else a new one (which
     /// starts once it is leased, or at once when the entry is `eager`).
     pub fn server(&self, name: &str, spec: &ServerSpec) -> Arc<Server> {
-        let mut servers = self
-            .inner
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut servers = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = servers.iter().find(|s| s.name == name && &s.spec == spec) {
             return s.clone();
         }

@@ -222,8 +222,7 @@ fn parse_server(key: &str, entry: &Value) -> Result<ServerSpec, SpecError> {
         eager,
         trust: parse_trust(key, obj)?,
         call_timeout: seconds(key, obj, "timeoutSec")?.unwrap_or(DEFAULT_CALL_TIMEOUT),
-        startup_timeout: seconds(key, obj, "startupTimeoutSec")?
-            .unwrap_or(DEFAULT_STARTUP_TIMEOUT),
+        startup_timeout: seconds(key, obj, "startupTimeoutSec")?.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
     })
 }
 
@@ -388,7 +387,10 @@ mod tests {
     fn wrong_entries_name_their_key() {
         assert_eq!(key_of(json!([])), "mcpServers");
         assert_eq!(key_of(json!({"a b": {"command": "x"}})), "mcpServers.a b");
-        assert_eq!(key_of(json!({"t": {"type": "stdio"}})), "mcpServers.t.command");
+        assert_eq!(
+            key_of(json!({"t": {"type": "stdio"}})),
+            "mcpServers.t.command"
+        );
         assert_eq!(
             key_of(json!({"t": {"command": "x", "args": ["a", 3]}})),
             "mcpServers.t.args[1]"
@@ -397,10 +399,22 @@ mod tests {
             key_of(json!({"t": {"command": "x", "env": {"K": {"$secret": 1}}}})),
             "mcpServers.t.env.K"
         );
-        assert_eq!(key_of(json!({"t": {"type": "http", "url": "ftp://x"}})), "mcpServers.t.url");
-        assert_eq!(key_of(json!({"t": {"command": "x", "comand": "y"}})), "mcpServers.t.comand");
-        assert_eq!(key_of(json!({"t": {"command": "x", "timeoutSec": 0}})), "mcpServers.t.timeoutSec");
-        assert_eq!(key_of(json!({"t": {"command": "x", "allow": [""]}})), "mcpServers.t.allow[0]");
+        assert_eq!(
+            key_of(json!({"t": {"type": "http", "url": "ftp://x"}})),
+            "mcpServers.t.url"
+        );
+        assert_eq!(
+            key_of(json!({"t": {"command": "x", "comand": "y"}})),
+            "mcpServers.t.comand"
+        );
+        assert_eq!(
+            key_of(json!({"t": {"command": "x", "timeoutSec": 0}})),
+            "mcpServers.t.timeoutSec"
+        );
+        assert_eq!(
+            key_of(json!({"t": {"command": "x", "allow": [""]}})),
+            "mcpServers.t.allow[0]"
+        );
     }
 
     #[test]

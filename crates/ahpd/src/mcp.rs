@@ -66,12 +66,14 @@ pub fn list(loc: &Locations, as_json: bool) -> Result<i32, ConfigError> {
     let mut rows = Vec::new();
     for (name, spec) in &settings.mcp_servers.value {
         let target = match &spec.transport {
-            ahpd_mcp::Transport::Stdio { command, args, .. } => {
-                std::iter::once(command.clone()).chain(args.iter().cloned()).collect::<Vec<_>>().join(" ")
-            }
+            ahpd_mcp::Transport::Stdio { command, args, .. } => std::iter::once(command.clone())
+                .chain(args.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" "),
             ahpd_mcp::Transport::Http { url, .. } => url.clone(),
         };
-        let mut row = json!({ "name": name, "type": spec.kind(), "target": target, "eager": spec.eager });
+        let mut row =
+            json!({ "name": name, "type": spec.kind(), "target": target, "eager": spec.eager });
         if let Some(state) = state_of(name) {
             row["status"] = state.get("status").cloned().unwrap_or(Value::Null);
             row["tools"] = state.get("tools").cloned().unwrap_or(Value::Null);

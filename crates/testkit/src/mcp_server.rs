@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use rmcp::ErrorData;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
@@ -18,7 +19,6 @@ use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::ErrorData;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -109,8 +109,13 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let name = request.name.to_string();
-        self.shared.note(|s| s.calls.push((name.clone(), args.clone())));
-        let text = args.get("text").and_then(Value::as_str).unwrap_or("").to_owned();
+        self.shared
+            .note(|s| s.calls.push((name.clone(), args.clone())));
+        let text = args
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         match name.as_str() {
             "echo" | "extra" => result(json!({
                 "content": [{"type": "text", "text": format!("echo: {text}")}],
@@ -126,7 +131,9 @@ impl ServerHandler for Handler {
                 context.ct.cancelled().await;
                 result(json!({"content": [{"type": "text", "text": "cancelled"}]}))
             }
-            "note" => result(json!({"content": [{"type": "text", "text": format!("noted: {text}")}]})),
+            "note" => {
+                result(json!({"content": [{"type": "text", "text": format!("noted: {text}")}]}))
+            }
             _ => Err(ErrorData::invalid_params(format!("no tool {name}"), None)),
         }
     }

@@ -19,7 +19,8 @@ fn time_server() -> Option<PathBuf> {
     let path = std::env::var_os("AHPD_TEST_MCP_TIME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv/bin/mcp-server-time")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/mcp-venv/bin/mcp-server-time")
         });
     if path.exists() {
         Some(path)
@@ -76,7 +77,11 @@ fn shown(w: &Watch, server: &str) -> Option<McpServerState> {
 }
 
 /// Reads actions until the server shows a state `pred` accepts; returns every kind it showed.
-async fn until_shown(w: &mut Watch, server: &str, pred: impl Fn(&McpServerState) -> bool) -> Vec<String> {
+async fn until_shown(
+    w: &mut Watch,
+    server: &str,
+    pred: impl Fn(&McpServerState) -> bool,
+) -> Vec<String> {
     let mut seen = Vec::new();
     loop {
         if let Some(state) = shown(w, server) {
@@ -124,20 +129,33 @@ async fn the_time_server_from_pypi_answers_a_call_the_model_makes() {
     let place = Place::new();
     let hub = hub(json!({ "time": { "command": program, "args": ["--local-timezone", "UTC"] } }));
     let ep = endpoint(vec![
-        call("c1", "mcp__time__convert_time", json!({
-            "source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"
-        })),
+        call(
+            "c1",
+            "mcp__time__convert_time",
+            json!({
+                "source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"
+            }),
+        ),
         text("noon in Tokyo is 21:00"),
     ]);
     let (mut w, th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     let seen = until_shown(&mut w, "time", is_ready).await;
     assert_eq!(seen.last().map(String::as_str), Some("ready"), "{seen:?}");
     w.send("t1", "what time is it in Tokyo at noon UTC?").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let bodies = ep.chat_bodies();
     let names = offered(&bodies[0]);
-    assert!(names.contains(&"mcp__time__get_current_time".to_owned()), "{names:?}");
-    assert!(names.contains(&"mcp__time__convert_time".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&"mcp__time__get_current_time".to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"mcp__time__convert_time".to_owned()),
+        "{names:?}"
+    );
     // The server's own input schema reaches the model.
     let convert = bodies[0]["tools"]
         .as_array()
@@ -149,8 +167,15 @@ async fn the_time_server_from_pypi_answers_a_call_the_model_makes() {
     assert!(convert["function"]["parameters"]["properties"]["target_timezone"].is_object());
     // Read-only: nothing was asked; the converted time is in the conversation.
     let second = request_text(&bodies[1]);
-    assert!(second.contains("Asia/Tokyo") && second.contains("21:00"), "{second}");
-    assert!(!w.envelopes.iter().any(|e| matches!(e.action, StateAction::SessionInputNeededSet(_))));
+    assert!(
+        second.contains("Asia/Tokyo") && second.contains("21:00"),
+        "{second}"
+    );
+    assert!(
+        !w.envelopes
+            .iter()
+            .any(|e| matches!(e.action, StateAction::SessionInputNeededSet(_)))
+    );
     w.assert_mirror(&th).await;
     drop(w);
     hub.shutdown().await;
@@ -165,18 +190,27 @@ async fn a_client_stops_and_starts_a_server_and_the_next_turn_follows() {
     let ep = endpoint(vec![text("one"), text("two"), text("three")]);
     let (mut w, th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     let seen = until_shown(&mut w, "own", is_ready).await;
-    assert!(seen.iter().all(|k| k == "starting" || k == "ready"), "{seen:?}");
+    assert!(
+        seen.iter().all(|k| k == "starting" || k == "ready"),
+        "{seen:?}"
+    );
     w.send("t1", "hi").await;
     w.end("t1").await;
     w.client
-        .dispatch(w.session.clone(), dispatch_mcp("session/mcpServerStopRequested", "mcp:own"))
+        .dispatch(
+            w.session.clone(),
+            dispatch_mcp("session/mcpServerStopRequested", "mcp:own"),
+        )
         .await
         .expect("dispatch");
     until_shown(&mut w, "own", |s| matches!(s, McpServerState::Stopped(_))).await;
     w.send("t2", "again").await;
     w.end("t2").await;
     w.client
-        .dispatch(w.session.clone(), dispatch_mcp("session/mcpServerStartRequested", "mcp:own"))
+        .dispatch(
+            w.session.clone(),
+            dispatch_mcp("session/mcpServerStartRequested", "mcp:own"),
+        )
         .await
         .expect("dispatch");
     until_shown(&mut w, "own", is_ready).await;
@@ -184,11 +218,18 @@ async fn a_client_stops_and_starts_a_server_and_the_next_turn_follows() {
     w.end("t3").await;
     let bodies = ep.chat_bodies();
     assert!(offered(&bodies[0]).contains(&"mcp__own__echo".to_owned()));
-    assert!(!offered(&bodies[1]).iter().any(|n| n.starts_with("mcp__own__")));
+    assert!(
+        !offered(&bodies[1])
+            .iter()
+            .any(|n| n.starts_with("mcp__own__"))
+    );
     assert!(offered(&bodies[2]).contains(&"mcp__own__echo".to_owned()));
     // An id the session does not show is refused.
     w.client
-        .dispatch(w.session.clone(), dispatch_mcp("session/mcpServerStopRequested", "mcp:nope"))
+        .dispatch(
+            w.session.clone(),
+            dispatch_mcp("session/mcpServerStopRequested", "mcp:nope"),
+        )
         .await
         .expect("dispatch");
     w.assert_mirror(&th).await;
@@ -205,14 +246,23 @@ async fn a_missing_command_fails_with_a_sentence_and_the_others_go_on() {
         "broken": { "command": "/nonexistent/mcp-server-nowhere" },
         "own": { "type": "http", "url": server.url() }
     }));
-    let ep = endpoint(vec![call("c1", "mcp__own__echo", json!({"text": "still here"})), text("ok")]);
+    let ep = endpoint(vec![
+        call("c1", "mcp__own__echo", json!({"text": "still here"})),
+        text("ok"),
+    ]);
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     let seen = until_shown(&mut w, "broken", |s| matches!(s, McpServerState::Error(_))).await;
     let failed = seen.last().cloned().unwrap_or_default();
-    assert!(failed.contains("cannot start /nonexistent/mcp-server-nowhere"), "{failed}");
+    assert!(
+        failed.contains("cannot start /nonexistent/mcp-server-nowhere"),
+        "{failed}"
+    );
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "echo").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let bodies = ep.chat_bodies();
     assert!(request_text(&bodies[1]).contains("echo: still here"));
     // Structured content reaches the model beside the text.
@@ -227,17 +277,28 @@ async fn a_tool_that_is_not_read_only_asks_and_denied_does_not_run() {
     let server = McpServer::start().expect("test server");
     let place = Place::new();
     let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
-    let ep = endpoint(vec![call("c1", "mcp__own__note", json!({"text": "x"})), text("fine")]);
+    let ep = endpoint(vec![
+        call("c1", "mcp__own__note", json!({"text": "x"})),
+        text("fine"),
+    ]);
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "write it down").await;
-    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_))).await;
+    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+        .await;
     w.client
         .dispatch(w.chat.clone(), confirm("t1", "c1", false))
         .await
         .expect("dispatch");
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
-    assert!(server.calls().iter().all(|(name, _)| name != "note"), "{:?}", server.calls());
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    assert!(
+        server.calls().iter().all(|(name, _)| name != "note"),
+        "{:?}",
+        server.calls()
+    );
     assert!(request_text(&ep.chat_bodies()[1]).contains("declined"));
     drop(w);
     hub.shutdown().await;
@@ -249,11 +310,17 @@ async fn a_trusted_tool_runs_without_asking() {
     let server = McpServer::start().expect("test server");
     let place = Place::new();
     let hub = hub(json!({ "own": { "type": "http", "url": server.url(), "allow": ["note"] } }));
-    let ep = endpoint(vec![call("c1", "mcp__own__note", json!({"text": "x"})), text("fine")]);
+    let ep = endpoint(vec![
+        call("c1", "mcp__own__note", json!({"text": "x"})),
+        text("fine"),
+    ]);
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "write it down").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     assert!(server.calls().iter().any(|(name, _)| name == "note"));
     assert!(request_text(&ep.chat_bodies()[1]).contains("noted: x"));
     drop(w);
@@ -270,13 +337,21 @@ async fn the_turns_stop_cancels_a_slow_call_on_the_server() {
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "take your time").await;
-    server.wait_for(|calls, _| calls.iter().any(|(n, _)| n == "slow")).await;
+    server
+        .wait_for(|calls, _| calls.iter().any(|(n, _)| n == "slow"))
+        .await;
     let cancel: StateAction = serde_json::from_value(
         json!({ "type": "chat/turnCancelled", "turnId": "t1", "duration": 0 }),
     )
     .expect("cancel");
-    w.client.dispatch(w.chat.clone(), cancel).await.expect("dispatch");
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnCancelled(_)));
+    w.client
+        .dispatch(w.chat.clone(), cancel)
+        .await
+        .expect("dispatch");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnCancelled(_)
+    ));
     // The server hears `notifications/cancelled` for the call.
     server.wait_for(|_, cancelled| cancelled >= 1).await;
     drop(w);
@@ -289,11 +364,17 @@ async fn an_image_result_is_kept_and_named_to_the_model() {
     let server = McpServer::start().expect("test server");
     let place = Place::new();
     let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
-    let ep = endpoint(vec![call("c1", "mcp__own__picture", json!({})), text("a dot")]);
+    let ep = endpoint(vec![
+        call("c1", "mcp__own__picture", json!({})),
+        text("a dot"),
+    ]);
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "show me").await;
-    assert!(matches!(w.end("t1").await, StateAction::ChatTurnComplete(_)));
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
     let second = request_text(&ep.chat_bodies()[1]);
     assert!(second.contains("a picture of one pixel"), "{second}");
     let start = second.find("kept at ").expect("the image is named") + "kept at ".len();

@@ -14,8 +14,10 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 fn hub(servers: Value, secrets: &[(&str, &str)]) -> McpHub {
     let servers = ahpd_mcp::spec::parse_servers("mcpServers", &servers).unwrap();
-    let secrets: Vec<(String, String)> =
-        secrets.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let secrets: Vec<(String, String)> = secrets
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     McpHub::new(
         servers,
         Arc::new(move |name: &str| {
@@ -45,12 +47,16 @@ fn time_server() -> Option<PathBuf> {
     let path = std::env::var_os("AHPD_TEST_MCP_TIME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv/bin/mcp-server-time")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/mcp-venv/bin/mcp-server-time")
         });
     if path.exists() {
         Some(path)
     } else {
-        println!("SKIP: {} is absent (.ci/run installs mcp-server-time there)", path.display());
+        println!(
+            "SKIP: {} is absent (.ci/run installs mcp-server-time there)",
+            path.display()
+        );
         None
     }
 }
@@ -58,7 +64,10 @@ fn time_server() -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_over_its_time_limit_is_cancelled_on_the_server() {
     let test = McpServer::start().unwrap();
-    let hub = hub(json!({ "own": { "url": test.url(), "timeoutSec": 0.3 } }), &[]);
+    let hub = hub(
+        json!({ "own": { "url": test.url(), "timeoutSec": 0.3 } }),
+        &[],
+    );
     let server = server_of(&hub, "own");
     let _lease = server.lease();
     until(&server, |s| *s == Status::Ready).await;
@@ -71,7 +80,12 @@ async fn a_call_over_its_time_limit_is_cancelled_on_the_server() {
         .expect("the server hears the cancellation");
     // The server is still there for the next call.
     let echo = server
-        .call("echo", json!({"text": "hi"}).as_object().cloned().unwrap(), None, std::future::pending())
+        .call(
+            "echo",
+            json!({"text": "hi"}).as_object().cloned().unwrap(),
+            None,
+            std::future::pending(),
+        )
         .await
         .unwrap();
     assert_eq!(echo.text, "echo: hi");
@@ -123,7 +137,12 @@ async fn a_stdio_server_that_exits_is_started_again() {
     let server = server_of(&hub, "time");
     let _lease = server.lease();
     until(&server, |s| *s == Status::Ready).await;
-    let names: Vec<String> = server.state().tools.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = server
+        .state()
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     assert!(names.contains(&"get_current_time".to_owned()), "{names:?}");
     assert!(server.state().tools.iter().all(|t| t.read_only));
     let now = server
@@ -162,7 +181,12 @@ fn find_child_with(program: &std::path::Path) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.to_owned();
+        let ppid = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .to_owned();
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         (ppid == me && String::from_utf8_lossy(&cmdline).contains(&needle)).then_some(pid)
     })

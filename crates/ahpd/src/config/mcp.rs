@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 use super::ConfigError;
 use crate::locations;
 
-pub(super) fn check(file: &Path, value: &Value, base: &Path) -> Result<ahpd_mcp::Servers, ConfigError> {
+pub(super) fn check(
+    file: &Path,
+    value: &Value,
+    base: &Path,
+) -> Result<ahpd_mcp::Servers, ConfigError> {
     let mut servers =
         ahpd_mcp::spec::parse_servers("mcpServers", value).map_err(|e| ConfigError::Key {
             file: file.to_path_buf(),
@@ -30,7 +34,9 @@ pub(super) fn shown(servers: &ahpd_mcp::Servers) -> Value {
     let mut out = serde_json::Map::new();
     for (name, spec) in servers {
         let entry = match &spec.transport {
-            ahpd_mcp::Transport::Stdio { command, args, env, .. } => json!({
+            ahpd_mcp::Transport::Stdio {
+                command, args, env, ..
+            } => json!({
                 "type": "stdio", "command": command, "args": args,
                 "env": env.keys().collect::<Vec<_>>(), "eager": spec.eager,
             }),

@@ -17,12 +17,16 @@ fn time_server() -> Option<PathBuf> {
     let path = std::env::var_os("AHPD_TEST_MCP_TIME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv/bin/mcp-server-time")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/mcp-venv/bin/mcp-server-time")
         });
     if path.exists() {
         Some(path)
     } else {
-        println!("SKIP: {} is absent (.ci/run installs mcp-server-time there)", path.display());
+        println!(
+            "SKIP: {} is absent (.ci/run installs mcp-server-time there)",
+            path.display()
+        );
         None
     }
 }
@@ -47,7 +51,11 @@ fn list_until(env: &Env, pred: impl Fn(&Value) -> bool) -> Value {
 fn marked(marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
@@ -102,27 +110,48 @@ fn mcp_list_shows_servers_and_their_state_while_the_daemon_runs_and_keeps_secret
     let out = env.run(&["mcp", "list"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
-    assert!(shown.contains("own\thttp\t") && shown.contains("the daemon is not running"), "{shown}");
+    assert!(
+        shown.contains("own\thttp\t") && shown.contains("the daemon is not running"),
+        "{shown}"
+    );
 
     let daemon = env.daemon(&[], "mcp-list.log");
     let listed = list_until(&env, |v| {
         let servers = v["servers"].as_array().cloned().unwrap_or_default();
-        let of = |n: &str| servers.iter().find(|s| s["name"] == n).cloned().unwrap_or(Value::Null);
+        let of = |n: &str| {
+            servers
+                .iter()
+                .find(|s| s["name"] == n)
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
         of("own")["status"] == "ready" && of("gone")["status"] == "failed"
     });
     let servers = listed["servers"].as_array().unwrap();
     let own = servers.iter().find(|s| s["name"] == "own").unwrap();
     assert_eq!(own["tools"], 4);
     let gone = servers.iter().find(|s| s["name"] == "gone").unwrap();
-    assert!(gone["error"].as_str().unwrap().contains("cannot start /nonexistent/mcp-nowhere"));
+    assert!(
+        gone["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot start /nonexistent/mcp-nowhere")
+    );
     let out = env.run(&["mcp", "list"]);
-    assert!(text(&out.stdout).contains("ready, 4 tools"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("ready, 4 tools"),
+        "{}",
+        text(&out.stdout)
+    );
     let out = env.run(&["config", "--json"]);
     assert!(text(&out.stdout).contains("Authorization"));
     assert_eq!(daemon.stop(), 0);
     // The vault is the one file that holds the value.
     let holders = env.files_containing(secret);
-    assert!(holders.iter().all(|p| p.ends_with("vault.json")), "{holders:?}");
+    assert!(
+        holders.iter().all(|p| p.ends_with("vault.json")),
+        "{holders:?}"
+    );
 }
 
 #[test]

@@ -2,9 +2,9 @@
 
 mod cli;
 mod config;
-mod mcp;
 mod crash;
 mod daemon;
+mod mcp;
 mod plugins;
 mod process;
 mod records;
