@@ -42,7 +42,7 @@ pub struct AgentCore {
     /// The agent-level copapo reading (layers 1 and 3).
     pub copapo: Copapo,
     /// The sessions that hold MCP servers.
-    pub mcp_sessions: crate::mcp::Sessions,
+    pub(crate) mcp_sessions: crate::mcp::Sessions,
 }
 
 /// Values of one turn: the settings in force and the message's chosen model.
