@@ -103,6 +103,7 @@ impl CofoldAgent {
                 store_root,
                 shared,
                 copapo,
+                mcp_sessions: crate::mcp::Sessions::default(),
             }),
             description: description.to_owned(),
         })
@@ -429,6 +430,15 @@ impl Agent for CofoldAgent {
             paused,
             refused_fork,
         );
+        let servers = self.core.embedder.mcp_servers();
+        if let Some(mcp) = self.core.mcp_sessions.attach(
+            &session_id_of(&start.session_uri, &start.backend_id),
+            self.core.embedder.mcp.as_ref(),
+            &servers,
+            &start.ctx,
+        ) {
+            session.attach_mcp(mcp);
+        }
         if start.resume.is_some() {
             session.settle_dead().await;
         }

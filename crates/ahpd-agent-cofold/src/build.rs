@@ -41,6 +41,8 @@ pub struct AgentCore {
     pub shared: Arc<Shared>,
     /// The agent-level copapo reading (layers 1 and 3).
     pub copapo: Copapo,
+    /// The sessions that hold MCP servers.
+    pub(crate) mcp_sessions: crate::mcp::Sessions,
 }
 
 /// Values of one turn: the settings in force and the message's chosen model.

@@ -13,6 +13,7 @@ pub mod build;
 mod client_tools;
 mod edits;
 pub mod host_tools;
+pub mod mcp;
 pub mod models;
 pub mod options;
 pub mod plugin;
@@ -39,3 +40,5 @@ pub const PLUGIN_NAME: &str = "@ahpd/agent-cofold";
 pub const TITLE: &str = "Cofold";
 /// The engine records name.
 pub const ENGINE: &str = "cofold";
+/// The name the daemon shares its MCP servers (an `ahpd_mcp::McpHub`) under.
+pub const MCP_SERVICE: &str = "mcp";

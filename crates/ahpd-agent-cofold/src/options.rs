@@ -307,9 +307,22 @@ pub struct Embedder {
     /// The host's own tools, offered to every session of an agent whose `hostTools` is not
     /// `false`.
     pub host_tools: Vec<crate::host_tools::HostTool>,
+    /// The daemon's MCP servers; sessions lease from it.
+    pub mcp: Option<ahpd_mcp::McpHub>,
+    /// The agent record's own `mcpServers`, merged over the hub's entries by name.
+    pub record_mcp_servers: ahpd_mcp::Servers,
 }
 
 impl Embedder {
+    /// The MCP servers this agent's sessions use: the daemon's entries with the record's
+    /// merged over them (none without a hub).
+    pub fn mcp_servers(&self) -> ahpd_mcp::Servers {
+        match &self.mcp {
+            Some(hub) => ahpd_mcp::spec::merge(hub.configured(), &self.record_mcp_servers),
+            None => ahpd_mcp::Servers::new(),
+        }
+    }
+
     /// The same values with one more host tool. A host tool named like one of cofold's tools
     /// (`ask_user` included) takes that name, and cofold's own is left out.
     pub fn host_tool(mut self, tool: crate::host_tools::HostTool) -> Embedder {
@@ -423,6 +436,13 @@ pub fn record_schema() -> Value {
                     } } ] }
                 }
             }),
+        );
+    }
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        // Checked whole by the engine (`check_record`), which names the wrong key.
+        props.insert(
+            "mcpServers".to_owned(),
+            json!({ "type": "object", "description": "MCP servers of this agent's sessions, merged by name over the daemon's mcpServers" }),
         );
     }
     if let Some(obj) = schema.as_object_mut() {

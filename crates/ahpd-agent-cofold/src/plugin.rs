@@ -60,9 +60,17 @@ impl Plugin for CofoldPlugin {
         options: Value,
         registrar: &mut dyn Registrar,
     ) -> Result<(), PluginError> {
+        let mut embedder = self.embedder.clone();
+        if embedder.mcp.is_none()
+            && let Some(hub) = registrar
+                .service(crate::MCP_SERVICE)
+                .and_then(|s| s.downcast::<ahpd_mcp::McpHub>().ok())
+        {
+            embedder.mcp = Some((*hub).clone());
+        }
         registrar.engine(Arc::new(CofoldEngine {
             plugin_options: options,
-            embedder: self.embedder.clone(),
+            embedder,
             shared: Arc::new(Shared::default()),
         }));
         Ok(())
@@ -86,7 +94,7 @@ impl Engine for CofoldEngine {
     }
 
     fn host_only_fields(&self) -> Vec<String> {
-        ["computerConfigDir", "store", "memory"]
+        ["computerConfigDir", "store", "memory", "mcpServers"]
             .map(str::to_owned)
             .to_vec()
     }
@@ -107,6 +115,9 @@ impl Engine for CofoldEngine {
                     ));
                 }
             }
+        }
+        if let Some(servers) = config.get("mcpServers") {
+            crate::mcp::check_record_servers(servers)?;
         }
         let schema = record_schema();
         let props = schema.get("properties").and_then(Value::as_object);
@@ -140,6 +151,11 @@ impl Engine for CofoldEngine {
             merged.insert("model".to_owned(), json!(model));
         }
         let mut embedder = self.embedder.clone();
+        if let Some(servers) = merged.remove("mcpServers") {
+            embedder.record_mcp_servers =
+                ahpd_mcp::spec::parse_servers("config.mcpServers", &servers)
+                    .map_err(|e| e.to_string())?;
+        }
         if let Some(secret) = merged
             .get("apiKey")
             .and_then(|k| k.get("$secret"))

@@ -405,6 +405,13 @@ pub trait Session: Send + 'static {
     /// the turn is handed over instead. Nothing by default.
     fn watched(&mut self) {}
 
+    /// A client asked to start (`run`) or stop the MCP server the session's customization `id`
+    /// stands for. The host has checked the id and applied the request; the backend follows
+    /// with `session/mcpServerStateChanged` as the server's state changes.
+    fn mcp_server(&mut self, _id: &str, _run: bool) -> Result<(), Refusal> {
+        Err(Refusal::new("this agent runs no MCP servers"))
+    }
+
     /// Stop everything. Anything published after this returns is dropped.
     async fn close(&mut self);
 }

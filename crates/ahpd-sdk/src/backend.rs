@@ -91,6 +91,7 @@ fn allowed(action: &StateAction) -> bool {
         | A::SessionCustomizationsChanged(_)
         | A::SessionCustomizationUpdated(_)
         | A::SessionCustomizationRemoved(_)
+        | A::SessionMcpServerStateChanged(_)
         | A::SessionServerToolsChanged(_)
         | A::SessionMetaChanged(_)
         | A::SessionConfigChanged(_) => true,
@@ -106,6 +107,7 @@ fn is_session_action(action: &StateAction) -> bool {
             | A::SessionCustomizationsChanged(_)
             | A::SessionCustomizationUpdated(_)
             | A::SessionCustomizationRemoved(_)
+            | A::SessionMcpServerStateChanged(_)
             | A::SessionServerToolsChanged(_)
             | A::SessionMetaChanged(_)
             | A::SessionConfigChanged(_)

@@ -175,6 +175,12 @@ impl Actor {
                 Ok(())
             }
             StateAction::SessionConfigChanged(a) => self.client_config(a, origin),
+            StateAction::SessionMcpServerStartRequested(a) => {
+                self.client_mcp_request(action, &a.id, true, origin)
+            }
+            StateAction::SessionMcpServerStopRequested(a) => {
+                self.client_mcp_request(action, &a.id, false, origin)
+            }
             other => Err(format!(
                 "{} cannot be dispatched by a client",
                 type_name(other)

@@ -74,6 +74,7 @@ mod handshake;
 mod hub;
 mod lanes;
 mod lifecycle;
+mod mcp;
 mod open;
 mod parked;
 mod remember;

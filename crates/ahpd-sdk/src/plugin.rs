@@ -48,6 +48,11 @@ pub trait Registrar: Send {
     fn engine(&mut self, engine: Arc<dyn Engine>);
     /// Register a fixed agent.
     fn agent(&mut self, agent: Arc<dyn Agent>);
+    /// A value the daemon shares with its plugins, by name (the daemon's MCP servers are
+    /// `mcp`); the plugin downcasts it to the type that name stands for. None by default.
+    fn service(&self, _name: &str) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
 }
 
 /// Reads secrets from the daemon's vault, fresh on every call.

@@ -120,6 +120,9 @@ pub enum Command {
     /// Keep secrets in vault.json; values are read from standard input only.
     #[command(subcommand)]
     Vault(VaultCommand),
+    /// MCP servers.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Ask the agent once and stream the reply (a daemon's, or a host started for the turn).
     Run(crate::term::RunOpts),
     /// Talk with the agent in a session, turn after turn.
@@ -174,6 +177,17 @@ pub enum PluginCommand {
     Update {
         /// Plugin names.
         names: Vec<String>,
+    },
+}
+
+/// `ahpd mcp …`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// The configured MCP servers and, while the daemon runs, their state and tool counts.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

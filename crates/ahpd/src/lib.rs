@@ -19,6 +19,7 @@ mod live;
 mod locations;
 mod logfile;
 mod logs;
+mod mcp;
 mod plugins;
 mod process;
 mod records;
@@ -120,6 +121,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             logs::init("warn");
             commands::vault_cmd(&loc, &cmd)?;
             Ok(0)
+        }
+        Some(Command::Mcp(crate::cli::McpCommand::List { json })) => {
+            logs::init("warn");
+            Ok(mcp::list(&loc, json)?)
         }
         Some(Command::Run(opts)) => {
             logs::init("warn");

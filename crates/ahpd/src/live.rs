@@ -31,6 +31,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Default)]
 pub struct LiveSessions {
     slots: Mutex<Vec<(Weak<Cell>, Vec<PathBuf>)>>,
+    /// The daemon's MCP servers, stopped after the sessions close.
+    mcp: Mutex<Option<ahpd_mcp::McpHub>>,
 }
 
 impl LiveSessions {
@@ -45,6 +47,16 @@ impl LiveSessions {
             inner: agent,
             live: self.clone(),
         })
+    }
+
+    /// The MCP servers to stop with the sessions.
+    pub fn set_mcp(&self, hub: ahpd_mcp::McpHub) {
+        *lock(&self.mcp) = Some(hub);
+    }
+
+    /// The MCP servers, until they are stopped.
+    pub fn mcp(&self) -> Option<ahpd_mcp::McpHub> {
+        lock(&self.mcp).clone()
     }
 
     fn add(&self, slot: &Slot, folders: Vec<PathBuf>) {
@@ -72,6 +84,10 @@ impl LiveSessions {
             s.close().await;
         }))
         .await;
+        let hub = lock(&self.mcp).take();
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
         count
     }
 }
@@ -237,6 +253,10 @@ impl Session for TrackedSession {
 
     fn fork_point(&self, turn_id: &str) -> Option<ForkPoint> {
         self.with(None, |s| s.fork_point(turn_id))
+    }
+
+    fn mcp_server(&mut self, id: &str, run: bool) -> Result<(), Refusal> {
+        self.with(Err(closed_refusal()), |s| s.mcp_server(id, run))
     }
 
     fn completions(

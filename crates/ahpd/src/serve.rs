@@ -102,6 +102,7 @@ fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, S
 struct Collected {
     engines: Vec<Arc<dyn Engine>>,
     agents: Vec<Arc<dyn Agent>>,
+    mcp: Option<ahpd_mcp::McpHub>,
 }
 
 impl Registrar for Collected {
@@ -112,12 +113,23 @@ impl Registrar for Collected {
     fn agent(&mut self, agent: Arc<dyn Agent>) {
         self.agents.push(agent);
     }
+
+    fn service(&self, name: &str) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        match name {
+            "mcp" => self
+                .mcp
+                .clone()
+                .map(|hub| Arc::new(hub) as Arc<dyn std::any::Any + Send + Sync>),
+            _ => None,
+        }
+    }
 }
 
 /// Applies every enabled plugin that resolves; a failing one is reported and skipped.
 async fn apply_plugins(
     cands: &[plugins::Candidate],
     vault: &Vault,
+    mcp: &ahpd_mcp::McpHub,
 ) -> Result<(Vec<EngineSlot>, Vec<FixedAgent>), ServeError> {
     let mut engines: Vec<EngineSlot> = Vec::new();
     let mut fixed: Vec<FixedAgent> = Vec::new();
@@ -133,7 +145,10 @@ async fn apply_plugins(
             }
         };
         let Some(b) = &c.builtin else { continue };
-        let mut collected = Collected::default();
+        let mut collected = Collected {
+            mcp: Some(mcp.clone()),
+            ..Collected::default()
+        };
         let applied = std::panic::AssertUnwindSafe(b.plugin.apply(options.clone(), &mut collected))
             .catch_unwind()
             .await;
@@ -216,6 +231,9 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
     let mut signals = Signals::new()?;
     let (host, live) = build_host(loc, &settings, run, &vault).await?;
+    if let Some(hub) = live.mcp() {
+        crate::mcp::report_status(hub, loc.dir.join(crate::mcp::STATUS_FILE));
+    }
 
     if run.stdio {
         tokio::select! {
@@ -311,7 +329,8 @@ pub(crate) async fn build_host(
             plugins::builtin_names()
         );
     }
-    let (engines, fixed) = apply_plugins(&cands, vault).await?;
+    let mcp = crate::mcp::hub(settings, vault);
+    let (engines, fixed) = apply_plugins(&cands, vault, &mcp).await?;
     let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
 
     let store = RecordStore::new(loc.agents(), vault.clone());
@@ -319,6 +338,8 @@ pub(crate) async fn build_host(
         tracing::error!("cannot write the default agent records: {e}");
     }
     let live = LiveSessions::new();
+    mcp.start_eager();
+    live.set_mcp(mcp);
     let channel = Arc::new(AgentsChannel::new(store, engines, fixed, live.clone()));
     let agents = channel.agents();
     let (valid, other) = channel.counts();

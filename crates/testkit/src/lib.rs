@@ -24,12 +24,14 @@ mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
+pub mod mcp_server;
 mod pairing;
 mod recorder;
 mod reply;
 
 pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
+pub use mcp_server::McpServer;
 pub use pairing::tool_pairing_fault;
 pub use recorder::{Recorder, Seen};
 pub use reply::{Frame, Gate, Reply};

@@ -20,6 +20,7 @@ use crate::models::Copapo;
 use crate::turns::{Carry, TurnMapper};
 
 mod follow;
+mod mcp_gate;
 mod reopen;
 pub use reopen::REPLACED;
 pub(crate) use reopen::{Paused, read_paused};
@@ -115,6 +116,10 @@ pub(crate) struct Core {
     copapo: Copapo,
     state: Mutex<State>,
     settings: Mutex<serde_json::Map<String, Value>>,
+    /// The session's MCP servers, when its agent uses any.
+    mcp: std::sync::OnceLock<Arc<crate::mcp::SessionMcp>>,
+    /// Turns held until the session's MCP servers have started.
+    mcp_held: Mutex<Option<VecDeque<TurnRequest>>>,
 }
 
 /// The cofold side of one AHP chat.
@@ -149,8 +154,15 @@ impl CofoldSession {
                     ..State::default()
                 }),
                 settings: Mutex::new(settings),
+                mcp: std::sync::OnceLock::new(),
+                mcp_held: Mutex::new(None),
             }),
         }
+    }
+
+    /// Gives the session its MCP servers (once, when it is created).
+    pub(crate) fn attach_mcp(&self, mcp: Arc<crate::mcp::SessionMcp>) {
+        let _ = self.core.mcp.set(mcp);
     }
 
     /// Settles a run left `running` by a process that is gone; called when a stored conversation
@@ -369,6 +381,14 @@ impl Core {
             }
         }
         taken.extend(client_names.keys().cloned());
+        let mut mcp_names = HashMap::new();
+        if let Some(mcp) = self.mcp.get() {
+            for (tool, shown) in mcp.tools(&taken, &self.attachments_dir()) {
+                mcp_names.insert(tool.name().to_owned(), shown);
+                extra.push(tool);
+            }
+        }
+        taken.extend(mcp_names.keys().cloned());
         let edits = self
             .agent
             .embedder
@@ -406,7 +426,9 @@ impl Core {
             options.model.clone(),
         );
         mapper.set_client_tools(client_names);
-        mapper.set_host_tools(crate::host_tools::display_names(host_tools));
+        let mut shown = crate::host_tools::display_names(host_tools);
+        shown.extend(mcp_names);
+        mapper.set_host_tools(shown);
         Ok(Prepared {
             built,
             options,
@@ -561,7 +583,14 @@ impl Session for CofoldSession {
     }
 
     fn begin(&mut self, turn: TurnRequest) {
-        self.core.begin(turn);
+        self.core.begin_when_mcp_started(turn);
+    }
+
+    fn mcp_server(&mut self, id: &str, run: bool) -> Result<(), ahpd_sdk::Refusal> {
+        match self.core.mcp.get() {
+            Some(mcp) => mcp.request(id, run).map_err(ahpd_sdk::Refusal::new),
+            None => Err(ahpd_sdk::Refusal::new("this session uses no MCP servers")),
+        }
     }
 
     fn watched(&mut self) {
@@ -570,6 +599,7 @@ impl Session for CofoldSession {
     }
 
     fn cancel(&mut self, _turn_id: &str) {
+        lock(&self.core.mcp_held).take();
         self.core.reopen_pending();
         self.core.cancel_all(STOP_REASON);
     }

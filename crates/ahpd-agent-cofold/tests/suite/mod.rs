@@ -13,6 +13,7 @@ mod engine_faults;
 mod engine_keys;
 mod history;
 mod host_tools;
+mod mcp;
 mod models;
 mod options;
 mod outside_paths;

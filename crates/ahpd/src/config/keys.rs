@@ -23,6 +23,7 @@ pub(super) struct Layer {
     pub(super) plugins: Option<Vec<PluginEntry>>,
     pub(super) allowed_origins: Option<Vec<String>>,
     pub(super) resource_deny: Option<Vec<PathBuf>>,
+    pub(super) mcp_servers: Option<ahpd_mcp::Servers>,
 }
 
 const KNOWN_KEYS: &[&str] = &[
@@ -39,6 +40,7 @@ const KNOWN_KEYS: &[&str] = &[
     "plugins",
     "allowedOrigins",
     "resourceDeny",
+    "mcpServers",
 ];
 
 /// The whole-number limits a file may set, with their ranges.
@@ -223,6 +225,7 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
                 }
                 layer.resource_deny = Some(paths);
             }
+            "mcpServers" => layer.mcp_servers = Some(super::mcp::check(file, value, &base)?),
             other => {
                 debug_assert!(!KNOWN_KEYS.contains(&other));
                 tracing::warn!("ahpd: {}: unknown key {other} (ignored)", file.display());

@@ -14,6 +14,7 @@ use crate::locations::{self, Locations, NoHome};
 use crate::token::TOKEN_ENV;
 
 mod keys;
+mod mcp;
 
 use crate::vault;
 use keys::check_layer;
@@ -155,6 +156,8 @@ pub struct Settings {
     pub allowed_origins: Sourced<Vec<String>>,
     /// Files and folders never served as resources, besides the built-in ones (`resourceDeny`).
     pub resource_deny: Sourced<Vec<PathBuf>>,
+    /// MCP servers (`mcpServers`), each file's entries merged by name over the earlier ones'.
+    pub mcp_servers: Sourced<ahpd_mcp::Servers>,
 }
 
 /// Reads and merges the configuration files (no flags).
@@ -172,6 +175,7 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         plugins: Sourced::default(Vec::new()),
         allowed_origins: Sourced::default(Vec::new()),
         resource_deny: Sourced::default(Vec::new()),
+        mcp_servers: Sourced::default(ahpd_mcp::Servers::new()),
     };
     // Token keys across every file, so two of them in the merged result can be named together.
     let mut token_keys: Vec<(&'static str, PathBuf, TokenSetting)> = Vec::new();
@@ -231,6 +235,12 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         if let Some(v) = layer.resource_deny {
             settings.resource_deny = Sourced {
                 value: v,
+                source: from(),
+            };
+        }
+        if let Some(v) = layer.mcp_servers {
+            settings.mcp_servers = Sourced {
+                value: ahpd_mcp::spec::merge(&settings.mcp_servers.value, &v),
                 source: from(),
             };
         }
@@ -427,6 +437,11 @@ impl Settings {
             "resourceDeny",
             Value::Array(deny),
             &self.resource_deny.source,
+        );
+        row(
+            "mcpServers",
+            mcp::shown(&self.mcp_servers.value),
+            &self.mcp_servers.source,
         );
         out
     }

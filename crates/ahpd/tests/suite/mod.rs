@@ -4,6 +4,7 @@ mod cli;
 mod config;
 mod crash;
 mod daemon;
+mod mcp;
 mod plugins;
 mod process;
 mod records;

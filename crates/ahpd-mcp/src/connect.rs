@@ -1,0 +1,230 @@
+//! Reaching one server with the official SDK: the child process or the HTTP endpoint, the
+//! `initialize` handshake, and the notifications the daemon listens for.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+
+use crate::spec::{SecretValue, ServerSpec, Transport};
+use crate::{SecretResolver, redact};
+
+/// Lines of a server's standard error kept to explain why it failed.
+const STDERR_LINES: usize = 8;
+
+/// Variable names never passed from the daemon to a server: anything that looks like a key,
+/// secret, token, password or credential, and the variables of copapo, cofold and ahpd. A
+/// server that needs one names it in its `env`.
+const WITHHELD: [&str; 5] = ["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL"];
+const WITHHELD_PREFIXES: [&str; 3] = ["COPAPO_", "COFOLD_", "AHPD_"];
+
+/// Whether a variable of the daemon's environment is passed to a stdio server.
+pub fn passes(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    !WITHHELD.iter().any(|w| upper.contains(w))
+        && !WITHHELD_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Hears the server's notifications the daemon acts on.
+pub(crate) struct Handler {
+    tools_changed: mpsc::UnboundedSender<()>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.tools_changed.send(());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("ahpd", env!("CARGO_PKG_VERSION")),
+        );
+        // The newest version the servers people run widely speak; it keeps a session, over
+        // which `notifications/tools/list_changed` reaches the daemon.
+        info.protocol_version = ProtocolVersion::V_2025_11_25;
+        info
+    }
+}
+
+/// A live connection.
+pub(crate) struct Connected {
+    pub service: RunningService<RoleClient, Handler>,
+    /// Set when `notifications/tools/list_changed` arrives.
+    pub tools_changed: mpsc::UnboundedReceiver<()>,
+    /// The process group of a stdio server.
+    pub group: Option<u32>,
+    /// The last lines the server wrote to standard error (secrets blanked).
+    pub stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Resolves every value, or says which secret could not be read (its name only).
+fn resolve(
+    values: &BTreeMap<String, SecretValue>,
+    secrets: &SecretResolver,
+    found: &mut Vec<String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::with_capacity(values.len());
+    for (name, value) in values {
+        let v = match value {
+            SecretValue::Literal(s) => s.clone(),
+            SecretValue::Secret(secret) => secrets(secret)
+                .map_err(|why| format!("the secret {secret} cannot be read: {why}"))?,
+        };
+        if !v.is_empty() {
+            found.push(v.clone());
+        }
+        out.push((name.clone(), v));
+    }
+    Ok(out)
+}
+
+/// Connects and completes the handshake within the entry's startup limit. The error is one
+/// sentence for people, with every configured value blanked.
+pub(crate) async fn connect(
+    name: &str,
+    spec: &ServerSpec,
+    secrets: &SecretResolver,
+) -> Result<Connected, String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handler = Handler { tools_changed: tx };
+    let mut hidden = Vec::new();
+    let stderr = Arc::new(Mutex::new(VecDeque::new()));
+    let (service, group) = match &spec.transport {
+        Transport::Stdio {
+            command,
+            args,
+            cwd,
+            env,
+        } => {
+            let env = resolve(env, secrets, &mut hidden)?;
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).env_clear();
+            cmd.envs(std::env::vars_os().filter(|(n, _)| passes(&n.to_string_lossy())));
+            cmd.envs(env);
+            if let Some(cwd) = cwd {
+                cmd.current_dir(cwd);
+            }
+            // Its own process group, so stopping it reaches every process it started.
+            #[cfg(unix)]
+            cmd.process_group(0);
+            let (child, err) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| {
+                    format!(
+                        "cannot start {command}: {}",
+                        redact(&e.to_string(), &hidden)
+                    )
+                })?;
+            let group = child.id();
+            if let Some(err) = err {
+                let tail = stderr.clone();
+                let hidden = hidden.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(err).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let line = redact(&line, &hidden);
+                        tracing::debug!(target: "ahpd_mcp::stderr", "{line}");
+                        let Ok(mut tail) = tail.lock() else { return };
+                        if tail.len() == STDERR_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(line);
+                    }
+                });
+            }
+            let served = tokio::time::timeout(spec.startup_timeout, handler.serve(child)).await;
+            let service = finish(name, served, spec.startup_timeout, &hidden, &stderr);
+            if service.is_err()
+                && let Some(pid) = group
+            {
+                crate::tree::kill_group(pid);
+            }
+            (service?, group)
+        }
+        Transport::Http { url, headers } => {
+            let headers = resolve(headers, secrets, &mut hidden)?;
+            install_tls_provider();
+            let mut custom = HashMap::new();
+            for (k, v) in headers {
+                let (Ok(k), Ok(v)) = (
+                    http::HeaderName::from_bytes(k.as_bytes()),
+                    http::HeaderValue::from_str(&v),
+                ) else {
+                    return Err(format!("the header {k} has a value that cannot be sent"));
+                };
+                custom.insert(k, v);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let served = tokio::time::timeout(spec.startup_timeout, handler.serve(transport)).await;
+            (
+                finish(name, served, spec.startup_timeout, &hidden, &stderr)?,
+                None,
+            )
+        }
+    };
+    Ok(Connected {
+        service,
+        tools_changed: rx,
+        group,
+        stderr,
+    })
+}
+
+fn finish<E: std::fmt::Display>(
+    name: &str,
+    served: Result<Result<RunningService<RoleClient, Handler>, E>, tokio::time::error::Elapsed>,
+    limit: Duration,
+    hidden: &[String],
+    stderr: &Mutex<VecDeque<String>>,
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    let why = match served {
+        Ok(Ok(service)) => return Ok(service),
+        Ok(Err(e)) => format!("the MCP handshake failed: {e}"),
+        Err(_) => format!(
+            "the server did not complete the MCP handshake within {} s",
+            limit.as_secs_f64()
+        ),
+    };
+    let mut why = redact(&why, hidden);
+    if let Some(last) = stderr.lock().ok().and_then(|t| t.back().cloned()) {
+        why.push_str(&format!(" (its last words: {last})"));
+    }
+    tracing::debug!(server = name, "{why}");
+    Err(why)
+}
+
+/// HTTP servers reached over TLS use the ring provider the rest of the workspace builds;
+/// installing it once here keeps the SDK's HTTP client from looking for another.
+fn install_tls_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_looking_variables_stay_behind() {
+        assert!(passes("PATH"));
+        assert!(passes("HOME"));
+        assert!(!passes("OPENAI_API_KEY"));
+        assert!(!passes("github_token"));
+        assert!(!passes("AHPD_CONNECTION_TOKEN"));
+        assert!(!passes("COPAPO_HOME"));
+    }
+}
