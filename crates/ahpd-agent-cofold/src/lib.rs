@@ -12,6 +12,7 @@ mod attachments;
 pub mod build;
 mod client_tools;
 mod edits;
+pub mod machine;
 pub mod host_tools;
 pub mod models;
 pub mod options;

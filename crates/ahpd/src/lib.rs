@@ -19,6 +19,7 @@ mod live;
 mod locations;
 mod logfile;
 mod logs;
+mod machines;
 mod plugins;
 mod process;
 mod records;
@@ -65,6 +66,7 @@ fn exit_code_of(err: &anyhow::Error) -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let loc = Locations::resolve(cli.config_file.as_deref())?;
     match cli.command {
+        Some(Command::MachineInit) => Ok(machines::machine_init()),
         None => {
             if cli.run.detached_child {
                 sys::new_session();

@@ -24,6 +24,7 @@ mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
+pub mod images;
 mod pairing;
 mod recorder;
 mod reply;

@@ -4,6 +4,7 @@ mod cli;
 mod config;
 mod crash;
 mod daemon;
+mod machines_docker;
 mod plugins;
 mod process;
 mod records;
