@@ -356,6 +356,24 @@ impl Machines {
             host_config: Some(host_config),
             ..Default::default()
         };
+        let mut volume_labels = HashMap::new();
+        for k in [label::COMPUTER, label::HOST, label::PROFILE] {
+            if let Some(v) = labels.get(k) {
+                volume_labels.insert(k.to_owned(), v.clone());
+            }
+        }
+        // Made before the container, so they carry this daemon's labels; one that exists is
+        // kept as it is (a profile's next machine finds what the last one left).
+        for v in &fixed.volumes {
+            docker
+                .create_volume(bollard::models::VolumeCreateRequest {
+                    name: Some(v.name.clone()),
+                    labels: Some(volume_labels.clone()),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| ComputerError::Failed(format!("cannot make the volume {}: {}", v.name, words(&e))))?;
+        }
         docker
             .create_container(
                 Some(CreateContainerOptions {
@@ -372,12 +390,6 @@ impl Machines {
                     ComputerError::Failed(format!("cannot make computer://{}: {}", spec.id, words(&e)))
                 }
             })?;
-        let mut volume_labels = HashMap::new();
-        for k in [label::COMPUTER, label::HOST, label::PROFILE] {
-            if let Some(v) = labels.get(k) {
-                volume_labels.insert(k.to_owned(), v.clone());
-            }
-        }
         let started = async {
             crate::seed::seed_all(docker, &spec.image, &entry, spec.user.as_deref(), &fixed.volumes, &volume_labels).await?;
             docker

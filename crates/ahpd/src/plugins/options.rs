@@ -117,14 +117,11 @@ pub fn put_back(value: &mut Value, kept: Kept) {
         let Some((last, parents)) = path.split_last() else {
             continue;
         };
-        let mut at = &mut *value;
-        for p in parents {
-            match at.get_mut(p) {
-                Some(next) => at = next,
-                None => break,
-            }
-        }
-        if let Some(obj) = at.as_object_mut() {
+        let pointer: String = parents
+            .iter()
+            .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        if let Some(obj) = value.pointer_mut(&pointer).and_then(Value::as_object_mut) {
             obj.insert(last.clone(), v);
         }
     }
