@@ -302,26 +302,7 @@ impl Machines {
             &self.opts,
         )
         .map_err(ComputerError::Invalid)?;
-        let mut binds: Vec<String> = vec![format!("{}:{BIN_DIR}:ro", self.build.dir.display())];
-        let mut targets = BTreeMap::new();
-        for b in spec.binds.iter().chain(&fixed.binds) {
-            if let Some(other) = targets.insert(b.target.clone(), b.source.clone())
-                && other != b.source
-            {
-                return Err(ComputerError::Invalid(format!(
-                    "the mounts {other} and {} both want {}",
-                    b.source, b.target
-                )));
-            }
-            binds.push(b.spec());
-            // A writable repository's .git stays read-only, so nothing inside plants hooks
-            // or configuration the host's git would run.
-            let git = std::path::Path::new(&b.source).join(".git");
-            if !b.read_only && git.is_dir() {
-                binds.push(format!("{}:{}/.git:ro", git.display(), b.target));
-            }
-        }
-        binds.extend(fixed.volumes.iter().map(|v| format!("{}:{}", v.name, v.target)));
+        let binds = self.binds(&spec, &fixed)?;
         let mut labels = std::mem::take(&mut spec.labels);
         labels.insert(label::COMPUTER.into(), "1".into());
         labels.insert(label::HOST.into(), self.host_id.clone());
@@ -403,6 +384,32 @@ impl Machines {
         }
         tracing::info!(machine = %spec.id, image = %spec.image, "made computer://{}", spec.id);
         Ok(())
+    }
+
+    /// The engine's binds of a machine: the build folder, then the spec's and the needs'
+    /// mounts (two at one target refused), then the state volumes.
+    fn binds(&self, spec: &Spec, fixed: &needs::Fixed) -> Result<Vec<String>, ComputerError> {
+        let mut binds: Vec<String> = vec![format!("{}:{BIN_DIR}:ro", self.build.dir.display())];
+        let mut targets = BTreeMap::new();
+        for b in spec.binds.iter().chain(&fixed.binds) {
+            if let Some(other) = targets.insert(b.target.clone(), b.source.clone())
+                && other != b.source
+            {
+                return Err(ComputerError::Invalid(format!(
+                    "the mounts {other} and {} both want {}",
+                    b.source, b.target
+                )));
+            }
+            binds.push(b.spec());
+            // A writable repository's .git stays read-only, so nothing inside plants hooks
+            // or configuration the host's git would run.
+            let git = std::path::Path::new(&b.source).join(".git");
+            if !b.read_only && git.is_dir() {
+                binds.push(format!("{}:{}/.git:ro", git.display(), b.target));
+            }
+        }
+        binds.extend(fixed.volumes.iter().map(|v| format!("{}:{}", v.name, v.target)));
+        Ok(binds)
     }
 
     /// The sentence of a failed start: an image that cannot run the build gets the glibc one.

@@ -289,6 +289,42 @@ async fn connect(
             result.protocol_version
         ));
     }
+    let (session, chat) =
+        match open_inside(&client, link, resume, mutable, inner_dir.as_deref()).await {
+            Ok(found) => found,
+            Err(sentence) => {
+                client.shutdown().await;
+                return Err(sentence);
+            }
+        };
+    let remap = match (&inner_dir, &link.folder) {
+        (Some(inside), Some(host)) if std::path::Path::new(inside) != host.as_path() => Some((
+            file_uri(std::path::Path::new(inside)),
+            file_uri(host),
+        )),
+        _ => None,
+    };
+    Ok(Conn {
+        client,
+        events,
+        ended,
+        tail,
+        session,
+        chat,
+        remap,
+    })
+}
+
+/// Picks the inner provider, then creates (or resumes) the conversation inside and subscribes
+/// its session and chat; their URIs.
+async fn open_inside(
+    client: &Client,
+    link: &Link,
+    resume: bool,
+    mutable: &Arc<Mutex<Vec<String>>>,
+    inner_dir: Option<&str>,
+) -> Result<(String, String), String> {
+    let id = &link.machine;
     let failed = |what: &str, e: ClientError| -> String {
         format!("the host inside computer://{id} refused {what}: {e}")
     };
@@ -328,7 +364,7 @@ async fn connect(
         Some(s) => s,
         None => {
             let mut dirs = Vec::new();
-            if let Some(d) = &inner_dir {
+            if let Some(d) = inner_dir {
                 dirs.push(file_uri(std::path::Path::new(d)));
             }
             let _: Value = client
@@ -375,22 +411,7 @@ async fn connect(
         .subscribe(chat.clone())
         .await
         .map_err(|e| failed("the chat", e))?;
-    let remap = match (&inner_dir, &link.folder) {
-        (Some(inside), Some(host)) if std::path::Path::new(inside) != host.as_path() => Some((
-            file_uri(std::path::Path::new(inside)),
-            file_uri(host),
-        )),
-        _ => None,
-    };
-    Ok(Conn {
-        client,
-        events,
-        ended,
-        tail,
-        session,
-        chat,
-        remap,
-    })
+    Ok((session, chat))
 }
 
 /// The running turn: its id and when it started.

@@ -5,6 +5,7 @@ mod config;
 mod crash;
 mod daemon;
 mod machines_docker;
+mod machines_nested;
 mod plugins;
 mod process;
 mod records;
