@@ -71,7 +71,10 @@ pub fn needs(dir: Option<&str>, env: &Environment) -> BTreeMap<String, MachineNe
         "cofoldConfigPath".to_owned(),
         env_need("COPAPO_CONFIG", Some(inside)),
     );
-    out.insert("cofoldBaseUrl".to_owned(), env_need("COFOLD_BASE_URL", None));
+    out.insert(
+        "cofoldBaseUrl".to_owned(),
+        env_need("COFOLD_BASE_URL", None),
+    );
     out.insert("cofoldApiKey".to_owned(), env_need("COFOLD_API_KEY", None));
     out.insert("cofoldModel".to_owned(), env_need("COFOLD_MODEL", None));
     out

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use ahpd_sdk::machine::MachineNeed;
 use ahpd_sdk::plugin::SecretReader;
-use bollard::models::{ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
     RemoveVolumeOptions, StopContainerOptions,
@@ -157,7 +159,8 @@ impl Machines {
     /// One machine of this daemon; `-32008` for a missing one or another's.
     pub async fn inspect(&self, id: &str) -> Result<ContainerInspectResponse, ComputerError> {
         let docker = self.engine.docker().await?;
-        let missing = || ComputerError::NotFound(format!("there is no computer called computer://{id}"));
+        let missing =
+            || ComputerError::NotFound(format!("there is no computer called computer://{id}"));
         if !valid_id(id) {
             return Err(missing());
         }
@@ -188,26 +191,45 @@ impl Machines {
             None => None,
         };
         let pick = |k: &str, from_profile: Option<&String>, from_plugin: &Option<String>| {
-            text(k).or_else(|| from_profile.cloned()).or_else(|| from_plugin.clone())
+            text(k)
+                .or_else(|| from_profile.cloned())
+                .or_else(|| from_plugin.clone())
         };
         let p = profile.clone().unwrap_or_default();
         let image = pick("image", p.image.as_ref(), &self.opts.image)
             .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
         if image.starts_with('-') {
-            return Err(ComputerError::Invalid(format!("image: {image} is not an image name")));
+            return Err(ComputerError::Invalid(format!(
+                "image: {image} is not an image name"
+            )));
         }
-        let fixed_images: Vec<&str> = std::iter::once(self.opts.image.as_deref().unwrap_or(DEFAULT_IMAGE))
-            .chain(self.opts.profiles.values().filter_map(|p| p.image.as_deref()))
-            .collect();
+        let fixed_images: Vec<&str> =
+            std::iter::once(self.opts.image.as_deref().unwrap_or(DEFAULT_IMAGE))
+                .chain(
+                    self.opts
+                        .profiles
+                        .values()
+                        .filter_map(|p| p.image.as_deref()),
+                )
+                .collect();
         if !self.opts.images.is_empty()
             && !fixed_images.contains(&image.as_str())
-            && !self.opts.images.iter().any(|pat| image_allowed(pat, &image))
+            && !self
+                .opts
+                .images
+                .iter()
+                .any(|pat| image_allowed(pat, &image))
         {
             return Err(ComputerError::Invalid(format!(
                 "image: {image} is not among the images this host allows"
             )));
         }
-        let mut binds: Vec<Bind> = self.opts.mounts.iter().filter_map(|m| Bind::parse(m)).collect();
+        let mut binds: Vec<Bind> = self
+            .opts
+            .mounts
+            .iter()
+            .filter_map(|m| Bind::parse(m))
+            .collect();
         binds.extend(p.mounts.iter().filter_map(|m| Bind::parse(m)));
         let mut folder = p.folder.clone();
         if self.opts.body_mounts {
@@ -221,10 +243,18 @@ impl Machines {
             folder = text("folder").or(folder);
         }
         if let Some(f) = &folder {
-            binds.push(Bind { source: f.clone(), target: f.clone(), read_only: false });
+            binds.push(Bind {
+                source: f.clone(),
+                target: f.clone(),
+                read_only: false,
+            });
         }
         let agents = match body.get("agents") {
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
             _ => p.agents.clone().unwrap_or(provider_agents),
         };
         let spec = Spec {
@@ -310,7 +340,12 @@ impl Machines {
         labels.insert(label::INIT.into(), self.build.file.clone());
         labels.insert(
             label::STATE.into(),
-            if mode == StateMode::Host { "host" } else { "volume" }.into(),
+            if mode == StateMode::Host {
+                "host"
+            } else {
+                "volume"
+            }
+            .into(),
         );
         if let Some(p) = &spec.profile {
             labels.insert(label::PROFILE.into(), p.clone());
@@ -353,7 +388,13 @@ impl Machines {
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| ComputerError::Failed(format!("cannot make the volume {}: {}", v.name, words(&e))))?;
+                .map_err(|e| {
+                    ComputerError::Failed(format!(
+                        "cannot make the volume {}: {}",
+                        v.name,
+                        words(&e)
+                    ))
+                })?;
         }
         docker
             .create_container(
@@ -368,11 +409,23 @@ impl Machines {
                 if is_conflict(&e) {
                     ComputerError::Exists(format!("computer://{} exists already", spec.id))
                 } else {
-                    ComputerError::Failed(format!("cannot make computer://{}: {}", spec.id, words(&e)))
+                    ComputerError::Failed(format!(
+                        "cannot make computer://{}: {}",
+                        spec.id,
+                        words(&e)
+                    ))
                 }
             })?;
         let started = async {
-            crate::seed::seed_all(docker, &spec.image, &entry, spec.user.as_deref(), &fixed.volumes, &volume_labels).await?;
+            crate::seed::seed_all(
+                docker,
+                &spec.image,
+                &entry,
+                spec.user.as_deref(),
+                &fixed.volumes,
+                &volume_labels,
+            )
+            .await?;
             docker
                 .start_container(&spec.id, None)
                 .await
@@ -408,7 +461,12 @@ impl Machines {
                 binds.push(format!("{}:{}/.git:ro", git.display(), b.target));
             }
         }
-        binds.extend(fixed.volumes.iter().map(|v| format!("{}:{}", v.name, v.target)));
+        binds.extend(
+            fixed
+                .volumes
+                .iter()
+                .map(|v| format!("{}:{}", v.name, v.target)),
+        );
         Ok(binds)
     }
 
@@ -439,7 +497,13 @@ impl Machines {
             Err(_) => Vec::new(),
         };
         match docker
-            .remove_container(id, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+            .remove_container(
+                id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
             .await
         {
             Ok(()) => {}
@@ -447,20 +511,29 @@ impl Machines {
             Err(e) => return Err(ComputerError::Failed(words(&e))),
         }
         for v in volumes {
-            let _ = docker.remove_volume(&v, Some(RemoveVolumeOptions { force: true })).await;
+            let _ = docker
+                .remove_volume(&v, Some(RemoveVolumeOptions { force: true }))
+                .await;
         }
         tracing::info!(machine = %id, "removed computer://{id}");
         Ok(())
     }
 
     /// Starts a stopped machine.
-    pub async fn ensure_running(&self, id: &str) -> Result<ContainerInspectResponse, ComputerError> {
+    pub async fn ensure_running(
+        &self,
+        id: &str,
+    ) -> Result<ContainerInspectResponse, ComputerError> {
         let c = self.inspect(id).await?;
         if c.state.as_ref().and_then(|s| s.running) == Some(true) {
             return Ok(c);
         }
         let docker = self.engine.docker().await?;
-        let image = c.config.as_ref().and_then(|c| c.image.clone()).unwrap_or_default();
+        let image = c
+            .config
+            .as_ref()
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
         docker
             .start_container(id, None)
             .await
@@ -472,7 +545,10 @@ impl Machines {
     pub async fn set_state(&self, id: &str, state: &str) -> Result<(), ComputerError> {
         self.inspect(id).await?;
         let docker = self.engine.docker().await?;
-        let stop = Some(StopContainerOptions { t: Some(2), ..Default::default() });
+        let stop = Some(StopContainerOptions {
+            t: Some(2),
+            ..Default::default()
+        });
         let r = match state {
             "running" => return self.ensure_running(id).await.map(|_| ()),
             "stopped" => docker.stop_container(id, stop).await,

@@ -195,7 +195,12 @@ fn check_targets(fixed: &Fixed) -> Result<(), String> {
         .binds
         .iter()
         .map(|b| (b.target.as_str(), b.source.clone()))
-        .chain(fixed.volumes.iter().map(|v| (v.target.as_str(), v.name.clone())));
+        .chain(
+            fixed
+                .volumes
+                .iter()
+                .map(|v| (v.target.as_str(), v.name.clone())),
+        );
     for (target, what) in all {
         if let Some(other) = seen.get(target)
             && *other != what
@@ -280,7 +285,10 @@ mod tests {
     fn volume_names_follow_the_pieces() {
         let hash = |s: &str| {
             let h = Sha256::digest(s.as_bytes());
-            h.iter().take(4).map(|b| format!("{b:02x}")).collect::<String>()
+            h.iter()
+                .take(4)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         };
         assert_eq!(
             volume_name(&["box", "host", "cofold"]),

@@ -194,7 +194,11 @@ impl Options {
             let names: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
             format!(
                 "there is no machine profile called {name}; the profiles are {}",
-                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
             )
         })
     }
@@ -265,12 +269,24 @@ fn check_needs(needs: &BTreeMap<String, Value>) -> Result<(), (String, String)> 
                 Some(name) => {
                     return Err((
                         k.clone(),
-                        format!("the vault name {name} is not host:<name>; other scopes wait for accounts"),
+                        format!(
+                            "the vault name {name} is not host:<name>; other scopes wait for accounts"
+                        ),
                     ));
                 }
-                None => return Err((k.clone(), "a string or { \"$secret\": \"host:<name>\" }".into())),
+                None => {
+                    return Err((
+                        k.clone(),
+                        "a string or { \"$secret\": \"host:<name>\" }".into(),
+                    ));
+                }
             },
-            _ => return Err((k.clone(), "a string or { \"$secret\": \"host:<name>\" }".into())),
+            _ => {
+                return Err((
+                    k.clone(),
+                    "a string or { \"$secret\": \"host:<name>\" }".into(),
+                ));
+            }
         }
     }
     Ok(())
@@ -350,10 +366,14 @@ mod tests {
     #[test]
     fn bad_options_name_their_path() {
         let e = Options::parse(&json!({"engine": "tcp://h:2375"})).expect_err("refused");
-        assert!(e.starts_with("plugins.@ahpd/computer.options.engine:"), "{e}");
+        assert!(
+            e.starts_with("plugins.@ahpd/computer.options.engine:"),
+            "{e}"
+        );
         let e = Options::parse(&json!({"command": "docker"})).expect_err("refused");
         assert!(e.contains("command"), "{e}");
-        let e = Options::parse(&json!({"profiles": {"p": {"state": "disk"}}})).expect_err("refused");
+        let e =
+            Options::parse(&json!({"profiles": {"p": {"state": "disk"}}})).expect_err("refused");
         assert!(e.contains("state"), "{e}");
         let e = Options::parse(&json!({"needs": {"k": {"$secret": "team:core/k"}}}))
             .expect_err("refused");

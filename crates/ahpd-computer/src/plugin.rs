@@ -101,11 +101,13 @@ impl Plugin for ComputerPlugin {
         let opts = Options::parse(&options).map_err(PluginError)?;
         let uri = engine::find(opts.engine.as_deref());
         if !std::path::Path::new(uri.trim_start_matches("unix://")).exists() {
-            tracing::warn!("no container engine socket at {uri}: machines fail until one answers there");
+            tracing::warn!(
+                "no container engine socket at {uri}: machines fail until one answers there"
+            );
         }
-        let dir = reg
-            .config_dir()
-            .ok_or_else(|| PluginError("@ahpd/computer needs a configuration folder it can write".into()))?;
+        let dir = reg.config_dir().ok_or_else(|| {
+            PluginError("@ahpd/computer needs a configuration folder it can write".into())
+        })?;
         let build = binary::install(
             &dir.join("computer").join("bin"),
             opts.ahpd_binary.as_deref().map(PathBuf::from).as_deref(),

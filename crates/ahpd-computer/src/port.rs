@@ -75,9 +75,17 @@ impl Computers {
         }
     }
 
-    async fn prepare_existing(&self, id: &str, req: &PrepareRequest) -> Result<String, ComputerError> {
+    async fn prepare_existing(
+        &self,
+        id: &str,
+        req: &PrepareRequest,
+    ) -> Result<String, ComputerError> {
         let c = self.m.inspect(id).await?;
-        let labels = c.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
+        let labels = c
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
         let agents: Vec<&str> = labels
             .get(label::AGENTS)
             .map(|a| a.split(',').filter(|s| !s.is_empty()).collect())
@@ -100,8 +108,17 @@ impl Computers {
         Ok(id.to_owned())
     }
 
-    async fn prepare_disposable(&self, name: &str, req: &PrepareRequest) -> Result<String, ComputerError> {
-        let profile = self.m.opts.profile(name).map_err(ComputerError::Invalid)?.clone();
+    async fn prepare_disposable(
+        &self,
+        name: &str,
+        req: &PrepareRequest,
+    ) -> Result<String, ComputerError> {
+        let profile = self
+            .m
+            .opts
+            .profile(name)
+            .map_err(ComputerError::Invalid)?
+            .clone();
         if !profile.disposable {
             return Err(ComputerError::Invalid(format!(
                 "the machine profile {name} is not disposable"
@@ -118,12 +135,18 @@ impl Computers {
             && let Some(f) = &req.folder
         {
             let f = f.to_string_lossy().into_owned();
-            spec.binds.push(needs::Bind { source: f.clone(), target: f.clone(), read_only: false });
+            spec.binds.push(needs::Bind {
+                source: f.clone(),
+                target: f.clone(),
+                read_only: false,
+            });
             spec.folder = Some(f.clone());
             spec.workdir = spec.workdir.or(Some(f));
         }
-        spec.labels.insert(label::DISPOSABLE.into(), name.to_owned());
-        spec.labels.insert(label::SESSION.into(), req.session.clone());
+        spec.labels
+            .insert(label::DISPOSABLE.into(), name.to_owned());
+        spec.labels
+            .insert(label::SESSION.into(), req.session.clone());
         if profile.disposable_alone {
             spec.labels.insert(label::ALONE.into(), "true".into());
         }
@@ -135,7 +158,9 @@ impl Computers {
         let c = self.m.ensure_running(id).await?;
         let config = c.config.clone().unwrap_or_default();
         let labels = config.labels.clone().unwrap_or_default();
-        let profile = labels.get(label::PROFILE).and_then(|p| self.m.opts.profiles.get(p));
+        let profile = labels
+            .get(label::PROFILE)
+            .and_then(|p| self.m.opts.profiles.get(p));
         let mode = match labels.get(label::STATE).map(String::as_str) {
             Some("host") => StateMode::Host,
             _ => StateMode::Volume,
@@ -156,7 +181,11 @@ impl Computers {
             .filter(|m| m.name.is_none())
             .filter_map(|m| Some((m.source?, m.destination?)))
             .collect();
-        let working = match start.folder.as_deref().and_then(|f| needs::map_folder(f, &binds)) {
+        let working = match start
+            .folder
+            .as_deref()
+            .and_then(|f| needs::map_folder(f, &binds))
+        {
             Some(w) => Some(w),
             None => {
                 if let Some(f) = &start.folder {
@@ -192,11 +221,20 @@ impl Computers {
             .await
             .map_err(|e| ComputerError::Failed(crate::engine::words(&e)))?;
         let started = docker
-            .start_exec(&exec.id, Some(StartExecOptions { detach: false, tty: false, output_capacity: None }))
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: None,
+                }),
+            )
             .await
             .map_err(|e| ComputerError::Failed(crate::engine::words(&e)))?;
         let StartExecResults::Attached { mut output, input } = started else {
-            return Err(ComputerError::Failed("the engine started the inner host detached".into()));
+            return Err(ComputerError::Failed(
+                "the engine started the inner host detached".into(),
+            ));
         };
         let (mut out_w, out_r) = tokio::io::duplex(256 * 1024);
         let (mut err_w, err_r) = tokio::io::duplex(64 * 1024);
@@ -302,7 +340,11 @@ impl ComputerPort for Computers {
         })
     }
 
-    async fn completions(&self, provider: &str, _query: Option<&str>) -> Vec<SessionConfigValueItem> {
+    async fn completions(
+        &self,
+        provider: &str,
+        _query: Option<&str>,
+    ) -> Vec<SessionConfigValueItem> {
         let mut items = vec![SessionConfigValueItem {
             value: String::new(),
             label: "This host".into(),
@@ -314,7 +356,9 @@ impl ComputerPort for Computers {
                 let agents = labels.get(label::AGENTS).cloned().unwrap_or_default();
                 let prepared = agents.is_empty() || agents.split(',').any(|a| a == provider);
                 let alone = labels.get(label::ALONE).map(String::as_str) == Some("true");
-                let Some(name) = c.names.as_ref().and_then(|n| n.first()) else { continue };
+                let Some(name) = c.names.as_ref().and_then(|n| n.first()) else {
+                    continue;
+                };
                 if !prepared || alone {
                     continue;
                 }
@@ -401,11 +445,18 @@ impl ComputerPort for Computers {
             .collect();
         crate::binary::prune(&self.m.build, &named);
         for c in list {
-            let Some(id) = c.names.as_ref().and_then(|n| n.first()).map(|n| n.trim_start_matches('/').to_owned()) else {
+            let Some(id) = c
+                .names
+                .as_ref()
+                .and_then(|n| n.first())
+                .map(|n| n.trim_start_matches('/').to_owned())
+            else {
                 continue;
             };
             let labels = c.labels.unwrap_or_default();
-            let Some(profile) = labels.get(label::DISPOSABLE) else { continue };
+            let Some(profile) = labels.get(label::DISPOSABLE) else {
+                continue;
+            };
             let holders: Vec<&KeptSession> = kept.iter().filter(|k| k.machine == id).collect();
             if holders.is_empty() {
                 self.arm(&id, Some(profile));

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use ahpd_sdk::ahp_types::commands::{
-    ContentEncoding, DirectoryEntry, ResourceListResult, ResourceReadResult,
-    ResourceResolveResult,
+    ContentEncoding, DirectoryEntry, ResourceListResult, ResourceReadResult, ResourceResolveResult,
 };
 use ahpd_sdk::error::RpcError;
 use ahpd_sdk::ports::ResourceProvider;
@@ -17,7 +16,9 @@ use crate::machines::{label, valid_id};
 use crate::port::Computers;
 
 /// The body fields a write may carry; with `bodyMounts`, also `folder` and `mounts`.
-const FIELDS: &[&str] = &["runtime", "image", "profile", "cpus", "memory", "workdir", "agents"];
+const FIELDS: &[&str] = &[
+    "runtime", "image", "profile", "cpus", "memory", "workdir", "agents",
+];
 
 /// The provider.
 pub struct ComputerResources(pub Arc<Computers>);
@@ -108,7 +109,11 @@ impl ComputerResources {
         let d_cpu = cpu("cpu_stats", "total_usage") - cpu("precpu_stats", "total_usage");
         let d_sys = sys("cpu_stats") - sys("precpu_stats");
         let n = st["cpu_stats"]["online_cpus"].as_f64().unwrap_or(1.0);
-        let pct = if d_sys > 0.0 { d_cpu / d_sys * n * 100.0 } else { 0.0 };
+        let pct = if d_sys > 0.0 {
+            d_cpu / d_sys * n * 100.0
+        } else {
+            0.0
+        };
         Ok(json!({
             "running": true,
             "cpuPercent": pct,
@@ -130,23 +135,33 @@ impl ComputerResources {
         };
         let mounts_ok = self.0.m.opts.body_mounts;
         for k in body.keys() {
-            let allowed = FIELDS.contains(&k.as_str()) || (mounts_ok && (k == "folder" || k == "mounts"));
+            let allowed =
+                FIELDS.contains(&k.as_str()) || (mounts_ok && (k == "folder" || k == "mounts"));
             if !allowed {
-                return Err(ComputerError::Invalid(format!("{k}: not a field of a machine")));
+                return Err(ComputerError::Invalid(format!(
+                    "{k}: not a field of a machine"
+                )));
             }
         }
         if let Some(r) = body.get("runtime")
             && r != "docker"
         {
-            return Err(ComputerError::Invalid("runtime: the only runtime is docker".into()));
+            return Err(ComputerError::Invalid(
+                "runtime: the only runtime is docker".into(),
+            ));
         }
         if self.0.m.inspect(id).await.is_ok() {
-            return Err(ComputerError::Exists(format!("computer://{id} exists already")));
+            return Err(ComputerError::Exists(format!(
+                "computer://{id} exists already"
+            )));
         }
         let (spec, profile) = self.0.m.spec(id, &body, Vec::new())?;
         // Needs come from the agents the machine is prepared for; the host passes them only
         // with a session, so a machine made by a write gets its mounts, not agent needs.
-        self.0.m.make(spec, profile.as_ref(), &Default::default()).await
+        self.0
+            .m
+            .make(spec, profile.as_ref(), &Default::default())
+            .await
     }
 }
 
@@ -160,17 +175,21 @@ impl ResourceProvider for ComputerResources {
         let (id, part) = split(uri)?;
         let v = match part {
             Some("status") | None => self.status(id).await,
-            Some("capabilities") => self.0.m.inspect(id).await.map(|_| json!({
-                "runtime": "docker",
-                "actions": ["create", "destroy", "exec", "start", "stop", "restart"],
-                "resources": ["status", "capabilities", "stats", "state"],
-            })),
+            Some("capabilities") => self.0.m.inspect(id).await.map(|_| {
+                json!({
+                    "runtime": "docker",
+                    "actions": ["create", "destroy", "exec", "start", "stop", "restart"],
+                    "resources": ["status", "capabilities", "stats", "state"],
+                })
+            }),
             Some("stats") => self.stats(id).await,
             Some("state") => self.0.m.inspect(id).await.map(|c| {
                 let running = c.state.and_then(|s| s.running) == Some(true);
                 json!(if running { "running" } else { "stopped" })
             }),
-            Some(other) => Err(ComputerError::NotFound(format!("computer://{id}/{other} does not exist"))),
+            Some(other) => Err(ComputerError::NotFound(format!(
+                "computer://{id}/{other} does not exist"
+            ))),
         }
         .map_err(rpc)?;
         Ok(text(v))
@@ -182,7 +201,10 @@ impl ResourceProvider for ComputerResources {
             self.0.m.inspect(id).await.map_err(rpc)?;
             let entries = ["status", "capabilities", "stats", "state"]
                 .into_iter()
-                .map(|n| DirectoryEntry { name: n.into(), r#type: "file".into() })
+                .map(|n| DirectoryEntry {
+                    name: n.into(),
+                    r#type: "file".into(),
+                })
                 .collect();
             return Ok(ResourceListResult { entries });
         }
@@ -190,7 +212,10 @@ impl ResourceProvider for ComputerResources {
         let entries = list
             .into_iter()
             .filter_map(|c| c.names?.first().cloned())
-            .map(|n| DirectoryEntry { name: n.trim_start_matches('/').to_owned(), r#type: "directory".into() })
+            .map(|n| DirectoryEntry {
+                name: n.trim_start_matches('/').to_owned(),
+                r#type: "directory".into(),
+            })
             .collect();
         Ok(ResourceListResult { entries })
     }
@@ -212,7 +237,8 @@ impl ResourceProvider for ComputerResources {
         match part {
             None => self.make(id, data).await.map_err(rpc),
             Some("state") => {
-                let state = serde_json::from_str::<String>(data).unwrap_or_else(|_| data.trim().to_owned());
+                let state =
+                    serde_json::from_str::<String>(data).unwrap_or_else(|_| data.trim().to_owned());
                 self.0.m.set_state(id, &state).await.map_err(rpc)
             }
             Some(other) => Err(RpcError::invalid_params(format!(
@@ -224,7 +250,9 @@ impl ResourceProvider for ComputerResources {
     async fn delete(&self, uri: &str) -> Result<(), RpcError> {
         let (id, part) = split(uri)?;
         if part.is_some() {
-            return Err(RpcError::invalid_params("only a whole machine can be deleted"));
+            return Err(RpcError::invalid_params(
+                "only a whole machine can be deleted",
+            ));
         }
         self.0.m.inspect(id).await.map_err(rpc)?;
         if let Ok(mut d) = self.0.m.deleted.lock() {

@@ -28,7 +28,9 @@ pub(crate) fn resolve(
         if let Some(value) = client
             .get(crate::machine::COMPUTER_KEY)
             .and_then(serde_json::Value::as_str)
-            .filter(|v| !v.is_empty() && !schema.properties.contains_key(crate::machine::COMPUTER_KEY))
+            .filter(|v| {
+                !v.is_empty() && !schema.properties.contains_key(crate::machine::COMPUTER_KEY)
+            })
         {
             return Err(RpcError::invalid_params(agent.machine_refusal(value)));
         }

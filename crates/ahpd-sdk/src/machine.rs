@@ -136,12 +136,19 @@ impl MachineNeed {
         let [kind] = kinds.as_slice() else {
             return Err(format!(
                 "a machine need has exactly one of directory, file, env, state, part; this one has {}",
-                if kinds.is_empty() { "none".to_owned() } else { kinds.join(", ") }
+                if kinds.is_empty() {
+                    "none".to_owned()
+                } else {
+                    kinds.join(", ")
+                }
             ));
         };
         let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
         let need_text = |k: &str| text(k).ok_or_else(|| format!("the need's {k} is a string"));
-        let read_only = obj.get("readOnly").and_then(Value::as_bool).unwrap_or(false);
+        let read_only = obj
+            .get("readOnly")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let kind = match *kind {
             "directory" => NeedKind::Directory {
                 path: need_text("directory")?,
@@ -177,7 +184,10 @@ impl MachineNeed {
         };
         Ok(MachineNeed {
             kind,
-            required: obj.get("required").and_then(Value::as_bool).unwrap_or(false),
+            required: obj
+                .get("required")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             description: text("description"),
             when,
         })

@@ -618,8 +618,8 @@ pub(crate) async fn provided(
         "resourceList" => to_json(serde_json::to_value(p.list(&uri).await?)),
         "resourceResolve" => to_json(serde_json::to_value(p.resolve(&uri).await?)),
         "resourceWrite" => {
-            let w: ahp_types::commands::ResourceWriteParams =
-                serde_json::from_value(params).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+            let w: ahp_types::commands::ResourceWriteParams = serde_json::from_value(params)
+                .map_err(|e| RpcError::invalid_params(e.to_string()))?;
             let data = match w.encoding {
                 ContentEncoding::Base64 => {
                     let bytes = base64::engine::general_purpose::STANDARD

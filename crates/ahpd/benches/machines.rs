@@ -17,7 +17,9 @@ use ahp_ws::WebSocketTransport;
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{CreateContainerOptions, CreateImageOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, RemoveContainerOptions,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -120,14 +122,24 @@ fn daemon(image: &str) -> Daemon {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let address = line.trim().strip_prefix("ahpd listening on ").unwrap().to_owned();
-    Daemon { child, address, _dir: dir }
+    let address = line
+        .trim()
+        .strip_prefix("ahpd listening on ")
+        .unwrap()
+        .to_owned();
+    Daemon {
+        child,
+        address,
+        _dir: dir,
+    }
 }
 
 async fn connect(address: &str) -> Client {
     let t = WebSocketTransport::connect(address).await.unwrap();
     let c = Client::connect(t, ClientConfig::default()).await.unwrap();
-    c.initialize("bench".into(), vec!["1.0.0".into()], vec![]).await.unwrap();
+    c.initialize("bench".into(), vec!["1.0.0".into()], vec![])
+        .await
+        .unwrap();
     c
 }
 
@@ -150,11 +162,17 @@ async fn baseline_start(docker: &Docker, image: &str) -> Duration {
     let t = Instant::now();
     docker
         .create_container(
-            Some(CreateContainerOptions { name: Some(name.clone()), ..Default::default() }),
+            Some(CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            }),
             ContainerCreateBody {
                 image: Some(image.into()),
                 cmd: Some(vec!["sleep".into(), "600".into()]),
-                host_config: Some(HostConfig { network_mode: Some("host".into()), ..Default::default() }),
+                host_config: Some(HostConfig {
+                    network_mode: Some("host".into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         )
@@ -163,7 +181,13 @@ async fn baseline_start(docker: &Docker, image: &str) -> Duration {
     docker.start_container(&name, None).await.unwrap();
     let d = t.elapsed();
     let _ = docker
-        .remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+        .remove_container(
+            &name,
+            Some(RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
         .await;
     d
 }
@@ -182,7 +206,9 @@ async fn baseline_exec(docker: &Docker, id: &str, build: &str) -> Duration {
         )
         .await
         .unwrap();
-    if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&e.id, None).await.unwrap() {
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&e.id, None).await.unwrap()
+    {
         while output.next().await.is_some() {}
     }
     t.elapsed()

@@ -117,7 +117,9 @@ impl AgentsChannel {
     /// Wraps an agent so a session may name a machine; `plugin` registered it.
     fn nest(&self, agent: Arc<dyn Agent>, plugin: Option<String>) -> Arc<dyn Agent> {
         match &self.computers {
-            Some((port, timeout)) => Arc::new(NestedAgent::new(agent, port.clone(), plugin, *timeout)),
+            Some((port, timeout)) => {
+                Arc::new(NestedAgent::new(agent, port.clone(), plugin, *timeout))
+            }
             None => agent,
         }
     }

@@ -133,7 +133,9 @@ impl Registrar for Collected {
     }
 
     fn secrets(&self) -> Option<Arc<dyn ahpd_sdk::plugin::SecretReader>> {
-        Some(Arc::new(crate::channel::VaultReader(self.context.vault.clone()?)))
+        Some(Arc::new(crate::channel::VaultReader(
+            self.context.vault.clone()?,
+        )))
     }
 
     fn config_dir(&self) -> Option<std::path::PathBuf> {

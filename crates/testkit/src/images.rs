@@ -61,7 +61,9 @@ pub fn busybox(cache: &Path) -> io::Result<PathBuf> {
         .arg(&unpacked)
         .status()?;
     if !status.success() || !bin.is_file() {
-        return Err(io::Error::other("dpkg -x of busybox-static gave no bin/busybox"));
+        return Err(io::Error::other(
+            "dpkg -x of busybox-static gave no bin/busybox",
+        ));
     }
     Ok(bin)
 }
@@ -126,7 +128,9 @@ impl Tar {
 
 fn base(busybox: &Path) -> io::Result<Tar> {
     let mut t = Tar::new();
-    for d in ["bin", "etc", "lib", "lib64", "usr", "usr/bin", "root", "home", "proc", "sys", "dev"] {
+    for d in [
+        "bin", "etc", "lib", "lib64", "usr", "usr/bin", "root", "home", "proc", "sys", "dev",
+    ] {
         t.dir(d, if d == "root" { 0o700 } else { 0o755 }, 0)?;
     }
     t.dir("tmp", 0o1777, 0)?;

@@ -57,7 +57,10 @@ impl NestedAgent {
 
     fn remember(&self, backend_id: &str, machine: &str, session: &str) {
         if let Ok(mut m) = self.machines.lock() {
-            m.insert(backend_id.to_owned(), (machine.to_owned(), session.to_owned()));
+            m.insert(
+                backend_id.to_owned(),
+                (machine.to_owned(), session.to_owned()),
+            );
         }
     }
 }
@@ -143,7 +146,11 @@ impl Agent for NestedAgent {
             start_timeout: self.start_timeout,
         })
         .await?;
-        self.remember(&session.backend_id(), session.machine(), session.session_uri());
+        self.remember(
+            &session.backend_id(),
+            session.machine(),
+            session.session_uri(),
+        );
         Ok(Box::new(session))
     }
 

@@ -24,7 +24,9 @@ use crate::agent::{
     Agent, AgentError, ApprovalOutcome, ApprovalRequest, Refusal, Session, SessionContext,
     SessionStart, TurnRequest,
 };
-use crate::machine::{COMPUTER_KEY, ComputerPort, InnerEnd, InnerStart, MachineError, PrepareRequest};
+use crate::machine::{
+    COMPUTER_KEY, ComputerPort, InnerEnd, InnerStart, MachineError, PrepareRequest,
+};
 use crate::util::file_uri;
 
 /// How long a closing inner host has to end after its input closed.
@@ -110,12 +112,12 @@ impl NestedSession {
         if o.computer != uri {
             let mut config = JsonObject::new();
             config.insert(COMPUTER_KEY.into(), Value::String(uri));
-            start
-                .ctx
-                .emit(StateAction::SessionConfigChanged(SessionConfigChangedAction {
+            start.ctx.emit(StateAction::SessionConfigChanged(
+                SessionConfigChangedAction {
                     config,
                     replace: None,
-                }));
+                },
+            ));
         }
         o.port.enter(&machine, &start.session_uri).await;
         let link = Link {
@@ -298,10 +300,9 @@ async fn connect(
             }
         };
     let remap = match (&inner_dir, &link.folder) {
-        (Some(inside), Some(host)) if std::path::Path::new(inside) != host.as_path() => Some((
-            file_uri(std::path::Path::new(inside)),
-            file_uri(host),
-        )),
+        (Some(inside), Some(host)) if std::path::Path::new(inside) != host.as_path() => {
+            Some((file_uri(std::path::Path::new(inside)), file_uri(host)))
+        }
         _ => None,
     };
     Ok(Conn {
@@ -699,10 +700,8 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
         }
         other if said_by_host(&other) => {}
         other => {
-            if let (
-                StateAction::ChatTurnComplete(_) | StateAction::ChatError(_),
-                Some(_),
-            ) = (&other, running.as_ref())
+            if let (StateAction::ChatTurnComplete(_) | StateAction::ChatError(_), Some(_)) =
+                (&other, running.as_ref())
             {
                 *running = None;
             }

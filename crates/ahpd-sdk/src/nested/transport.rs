@@ -115,7 +115,9 @@ impl StderrTail {
                     continue;
                 }
                 tracing::debug!(target: "ahpd_computer::inner", "{line}");
-                let mut k = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut k = kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if k.len() == KEPT_LINES {
                     k.pop_front();
                 }
@@ -133,7 +135,10 @@ impl StderrTail {
         if k.is_empty() {
             String::new()
         } else {
-            format!("; it said: {}", k.iter().cloned().collect::<Vec<_>>().join(" | "))
+            format!(
+                "; it said: {}",
+                k.iter().cloned().collect::<Vec<_>>().join(" | ")
+            )
         }
     }
 }

@@ -32,7 +32,12 @@ pub async fn engine() -> Option<Docker> {
         .filter(|h| h.starts_with("unix://"))
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
     let answered = async {
-        let d = Docker::connect_with_unix(uri.trim_start_matches("unix://"), 10, bollard::API_DEFAULT_VERSION).ok()?;
+        let d = Docker::connect_with_unix(
+            uri.trim_start_matches("unix://"),
+            10,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .ok()?;
         let d = d.negotiate_version().await.ok()?;
         d.ping().await.ok()?;
         Some(d)
@@ -50,7 +55,12 @@ pub async fn engine() -> Option<Docker> {
 }
 
 /// Imports a root filesystem as `<repo>:<tag>` unless the engine has it.
-async fn import(docker: &Docker, repo: &str, fs: testkit::images::RootFs, user: Option<&str>) -> String {
+async fn import(
+    docker: &Docker,
+    repo: &str,
+    fs: testkit::images::RootFs,
+    user: Option<&str>,
+) -> String {
     let image = format!("{repo}:{}", fs.tag);
     if docker.inspect_image(&image).await.is_ok() {
         return image;
@@ -95,29 +105,48 @@ impl Guard {
         let mut filters = HashMap::new();
         filters.insert("label".to_owned(), vec![format!("ahpd.host={host_id}")]);
         let list = docker
-            .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters.clone()), ..Default::default() }))
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters.clone()),
+                ..Default::default()
+            }))
             .await
             .unwrap_or_default();
         for c in list {
             if let Some(id) = c.id {
-                let _ = docker.remove_container(&id, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await;
+                let _ = docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            v: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
             }
         }
         let vols = docker
-            .list_volumes(Some(ListVolumesOptions { filters: Some(filters) }))
+            .list_volumes(Some(ListVolumesOptions {
+                filters: Some(filters),
+            }))
             .await
             .ok()
             .and_then(|v| v.volumes)
             .unwrap_or_default();
         for v in vols {
-            let _ = docker.remove_volume(&v.name, Some(RemoveVolumeOptions { force: true })).await;
+            let _ = docker
+                .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+                .await;
         }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let Ok(id) = std::fs::read_to_string(&self.host_id_file) else { return };
+        let Ok(id) = std::fs::read_to_string(&self.host_id_file) else {
+            return;
+        };
         let docker = self.docker.clone();
         let id = id.trim().to_owned();
         let _ = std::thread::spawn(move || rt().block_on(Guard::sweep(&docker, &id))).join();
@@ -170,12 +199,19 @@ pub fn configure(env: &Env, endpoint: &Endpoint, image: &str, computer: Value) {
     std::fs::create_dir_all(&copapo).unwrap();
     std::fs::write(copapo.join("config.json"), "{}\n").unwrap();
     let out = env.run_with_input(&["vault", "set", "host:modelkey"], KEY);
-    assert!(out.status.success(), "vault set: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "vault set: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Every action published on `chat`, as JSON, until the turn ends.
 async fn turn_actions(client: &Client, chat: &str, turn: &str) -> Vec<Value> {
-    let (_, mut sub) = client.subscribe(chat.to_owned()).await.expect("subscribe chat");
+    let (_, mut sub) = client
+        .subscribe(chat.to_owned())
+        .await
+        .expect("subscribe chat");
     let _: Value = client
         .request("ping", json!({ "channel": ahp_types::ROOT_RESOURCE_URI }))
         .await
@@ -196,7 +232,10 @@ async fn turn_actions(client: &Client, chat: &str, turn: &str) -> Vec<Value> {
         while let Some(ev) = sub.recv().await {
             if let ahp::SubscriptionEvent::Action(env) = ev {
                 let v = serde_json::to_value(&env.action).unwrap_or(Value::Null);
-                let end = matches!(v["type"].as_str(), Some("chat/turnComplete" | "chat/error" | "chat/turnCancelled"));
+                let end = matches!(
+                    v["type"].as_str(),
+                    Some("chat/turnComplete" | "chat/error" | "chat/turnCancelled")
+                );
                 seen.push(v);
                 if end {
                     break;

@@ -126,7 +126,9 @@ impl Agent for Outer {
     }
 
     async fn create(&self, _s: SessionStart) -> Result<Box<dyn Session>, AgentError> {
-        Err(AgentError::Refused("this agent runs only in a machine".into()))
+        Err(AgentError::Refused(
+            "this agent runs only in a machine".into(),
+        ))
     }
 
     fn runs_nested(&self) -> bool {
@@ -148,7 +150,9 @@ async fn outer(inner: Inner, timeout: Duration) -> (Client, Arc<LocalPort>) {
     let host = HostBuilder::new().agent(Arc::new(agent)).build().unwrap();
     let (peer, client_half) = ahpd_sdk::transport::memory::pair(4096, 16 << 20);
     tokio::spawn(async move { host.accept(peer).await });
-    let client = Client::connect(client_half, ClientConfig::default()).await.unwrap();
+    let client = Client::connect(client_half, ClientConfig::default())
+        .await
+        .unwrap();
     client
         .initialize("nested".into(), vec!["1.0.0".into()], vec![])
         .await
@@ -250,11 +254,18 @@ fn computer_without_a_plugin_is_refused() {
         let host = HostBuilder::new().agent(Arc::new(Outer)).build().unwrap();
         let (peer, half) = ahpd_sdk::transport::memory::pair(64, 1 << 20);
         tokio::spawn(async move { host.accept(peer).await });
-        let client = Client::connect(half, ClientConfig::default()).await.unwrap();
-        client.initialize("n".into(), vec!["1.0.0".into()], vec![]).await.unwrap();
+        let client = Client::connect(half, ClientConfig::default())
+            .await
+            .unwrap();
+        client
+            .initialize("n".into(), vec!["1.0.0".into()], vec![])
+            .await
+            .unwrap();
         let (_, r) = create(&client, "computer://box").await;
         assert!(
-            message(&r).contains("this host has no computer plugin, so it cannot run a session in computer://box"),
+            message(&r).contains(
+                "this host has no computer plugin, so it cannot run a session in computer://box"
+            ),
             "{}",
             message(&r)
         );
