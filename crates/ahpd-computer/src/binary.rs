@@ -61,10 +61,12 @@ pub fn prune(build: &Build, named: &[String]) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("ahpd-") && name != build.file && !named.contains(&name) {
-            if std::fs::remove_file(e.path()).is_ok() {
-                tracing::info!("removed the old build {name}, which no machine runs");
-            }
+        if name.starts_with("ahpd-")
+            && name != build.file
+            && !named.contains(&name)
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            tracing::info!("removed the old build {name}, which no machine runs");
         }
     }
 }

@@ -70,7 +70,7 @@ struct Conn {
 }
 
 enum Cmd {
-    Begin(TurnRequest),
+    Begin(Box<TurnRequest>),
     Cancel(String),
     Configure(JsonObject),
     Resume(String),
@@ -170,7 +170,7 @@ impl Session for NestedSession {
     }
 
     fn begin(&mut self, turn: TurnRequest) {
-        let _ = self.tx.send(Cmd::Begin(turn));
+        let _ = self.tx.send(Cmd::Begin(Box::new(turn)));
     }
 
     fn cancel(&mut self, turn_id: &str) {
@@ -468,12 +468,12 @@ async fn drive(
         };
         enum Next {
             Cmd(Option<Cmd>),
-            Event(Option<ahp::ClientEvent>),
+            Event(Option<Box<ahp::ClientEvent>>),
             Ended(InnerEnd),
         }
         let next = tokio::select! {
             cmd = rx.recv() => Next::Cmd(cmd),
-            ev = event => Next::Event(ev),
+            ev = event => Next::Event(ev.map(Box::new)),
             end = ended => Next::Ended(end),
         };
         match next {
@@ -490,7 +490,7 @@ async fn drive(
             }
             Next::Event(Some(ev)) => {
                 if let Some(c) = conn.as_ref() {
-                    forward(&link, c, ev, &mut running);
+                    forward(&link, c, *ev, &mut running);
                 }
             }
             Next::Event(None) => {
