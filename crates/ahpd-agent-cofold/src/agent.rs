@@ -253,6 +253,17 @@ impl Agent for CofoldAgent {
         d
     }
 
+    fn runs_nested(&self) -> bool {
+        true
+    }
+
+    fn machine(&self) -> std::collections::BTreeMap<String, ahpd_sdk::machine::MachineNeed> {
+        crate::machine::needs(
+            self.core.options.computer_config_dir.as_deref(),
+            &self.core.env,
+        )
+    }
+
     fn config_schema(&self, _working_directory: Option<&Path>) -> SessionConfigSchema {
         let mut properties = HashMap::new();
         properties.insert("model".to_owned(), property("string", "Model", true, None));

@@ -14,6 +14,7 @@ mod client_tools;
 mod edits;
 pub mod host_tools;
 pub mod mcp;
+pub mod machine;
 pub mod models;
 pub mod options;
 pub mod plugin;

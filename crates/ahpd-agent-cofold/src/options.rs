@@ -51,6 +51,9 @@ pub struct CofoldOptions {
     pub host_tools: bool,
     /// Time limits of this agent's model requests, over the provider's own.
     pub model_timeouts: ModelTimeouts,
+    /// Where cofold's configuration lives in a machine (`computerConfigDir`); `None` for
+    /// `false`, which leaves the image's own configuration in force.
+    pub computer_config_dir: Option<String>,
 }
 
 /// The `modelTimeouts` option: each limit set here replaces the provider's for this agent's
@@ -158,6 +161,11 @@ impl CofoldOptions {
                 .and_then(Value::as_bool)
                 .unwrap_or(true),
             model_timeouts: ModelTimeouts::from_value(obj.get("modelTimeouts")),
+            computer_config_dir: match obj.get("computerConfigDir") {
+                Some(Value::Bool(false)) => None,
+                Some(Value::String(s)) if s.starts_with('/') => Some(s.clone()),
+                _ => Some(DEFAULT_COMPUTER_CONFIG_DIR.to_owned()),
+            },
         }
     }
 

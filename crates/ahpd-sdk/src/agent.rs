@@ -291,6 +291,23 @@ pub trait Agent: Send + Sync + 'static {
     /// Open one chat's conversation.
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError>;
 
+    /// Whether the agent's loop and tools live in the host's process, so that in a machine it
+    /// runs as a whole inner host (`ahpd --stdio`). `false` by default.
+    fn runs_nested(&self) -> bool {
+        false
+    }
+
+    /// The refusal of a `computer` value when the agent's schema has no such setting.
+    fn machine_refusal(&self, value: &str) -> String {
+        format!("this host has no computer plugin, so it cannot run a session in {value}")
+    }
+
+    /// What the agent asks of a machine it runs in, by need name. Asked whenever a machine is
+    /// made or an inner host started, never cached, so paths are read at call time.
+    fn machine(&self) -> std::collections::BTreeMap<String, crate::machine::MachineNeed> {
+        std::collections::BTreeMap::new()
+    }
+
     /// Models and customizations, asked once at start.
     async fn probe(&self) -> Probe {
         Probe::default()

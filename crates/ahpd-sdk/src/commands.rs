@@ -137,6 +137,22 @@ impl Conn {
                 }
                 Ok(json!({}))
             }
+            "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
+            | "resourceDelete"
+                if crate::resources::routed(&self.inner.providers, &params).is_some() =>
+            {
+                crate::resources::provided(&self.inner.providers, method, params).await
+            }
+            "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
+            | "resourceDelete"
+                if crate::resources::unserved(&params, method).is_some() =>
+            {
+                let scheme = crate::resources::unserved(&params, method).unwrap_or_default();
+                Err(RpcError::new(
+                    codes::METHOD_NOT_FOUND,
+                    format!("nothing here serves {scheme}:"),
+                ))
+            }
             "resourceRead" | "resourceList" | "resourceResolve"
                 if self.inner.resources.is_some() =>
             {

@@ -23,6 +23,17 @@ pub(crate) fn resolve(
     let mut values = agent.config_defaults(dir);
     values.retain(|k, _| schema.properties.contains_key(k));
     if let Some(client) = client {
+        // A machine asked for is never dropped as unknown: running on the host instead would
+        // give the agent more than the person chose.
+        if let Some(value) = client
+            .get(crate::machine::COMPUTER_KEY)
+            .and_then(serde_json::Value::as_str)
+            .filter(|v| {
+                !v.is_empty() && !schema.properties.contains_key(crate::machine::COMPUTER_KEY)
+            })
+        {
+            return Err(RpcError::invalid_params(agent.machine_refusal(value)));
+        }
         for (k, v) in client {
             if schema.properties.contains_key(k) {
                 values.insert(k.clone(), v.clone());

@@ -16,7 +16,7 @@ use crate::agent::{Agent, Probe, Secret};
 use crate::error::HostError;
 use crate::hub::Hub;
 use crate::peer::Peer;
-use crate::ports::{Extension, Resources, SessionStore, SessionStoreError};
+use crate::ports::{Extension, ResourceProvider, Resources, SessionStore, SessionStoreError};
 use crate::remember::Remembered;
 use crate::session::Registry;
 
@@ -103,6 +103,7 @@ pub struct HostBuilder {
     agents: Vec<Arc<dyn Agent>>,
     extensions: Vec<Arc<dyn Extension>>,
     resources: Option<Arc<dyn Resources>>,
+    providers: Vec<(String, Arc<dyn ResourceProvider>)>,
     session_store: Option<Arc<dyn SessionStore>>,
 }
 
@@ -250,6 +251,17 @@ impl HostBuilder {
         self
     }
 
+    /// Serve every request on `<scheme>:` URIs, writes and deletes included, through this
+    /// provider.
+    pub fn resource_provider(
+        mut self,
+        scheme: impl Into<String>,
+        provider: Arc<dyn ResourceProvider>,
+    ) -> Self {
+        self.providers.push((scheme.into(), provider));
+        self
+    }
+
     /// Remember sessions across restarts in this store, e.g.
     /// `FileSessionStore::open(path)?`. Default: none, so a restart forgets client-chosen
     /// titles, read/archived flags, config values and URI spellings (catalogue rows then come
@@ -299,6 +311,7 @@ impl HostBuilder {
             registry: Mutex::new(Registry::default()),
             extensions: self.extensions,
             resources: self.resources,
+            providers: self.providers,
             known: Mutex::new(HashMap::new()),
             credentials: Arc::new(Mutex::new(HashMap::new())),
             next_conn: AtomicU64::new(1),
@@ -348,6 +361,7 @@ pub(crate) struct HostInner {
     pub registry: Mutex<Registry>,
     pub extensions: Vec<Arc<dyn Extension>>,
     pub resources: Option<Arc<dyn Resources>>,
+    pub providers: Vec<(String, Arc<dyn ResourceProvider>)>,
     pub known: Mutex<HashMap<String, KnownClient>>,
     pub credentials: Arc<Mutex<HashMap<String, HashMap<String, Secret>>>>,
     pub next_conn: AtomicU64,

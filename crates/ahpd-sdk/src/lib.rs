@@ -53,6 +53,8 @@ pub mod agent;
 pub mod attachments;
 pub mod error;
 pub mod host;
+pub mod machine;
+pub mod nested;
 pub mod peer;
 pub mod plugin;
 pub mod ports;

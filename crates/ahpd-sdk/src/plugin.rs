@@ -8,7 +8,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use std::path::PathBuf;
+
 use crate::agent::{Agent, Secret};
+use crate::machine::ComputerPort;
+use crate::ports::ResourceProvider;
 
 /// Whether a plugin's options are enough to run it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +55,24 @@ pub trait Registrar: Send {
     /// A value the daemon shares with its plugins, by name (the daemon's MCP servers are
     /// `mcp`); the plugin downcasts it to the type that name stands for. None by default.
     fn service(&self, _name: &str) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
+    /// Register the port through which sessions run in machines (one per daemon).
+    fn computers(&mut self, _port: Arc<dyn ComputerPort>) {}
+    /// Serve every resource request on `<scheme>:` URIs through this provider.
+    fn resource_provider(&mut self, _scheme: &str, _provider: Arc<dyn ResourceProvider>) {}
+    /// Add a key to the root state's and `initialize`'s `_meta`.
+    fn meta(&mut self, _key: &str, _value: Value) {}
+    /// The daemon's vault, read fresh on every call.
+    fn secrets(&self) -> Option<Arc<dyn SecretReader>> {
+        None
+    }
+    /// The daemon's configuration folder, when it has one it may write.
+    fn config_dir(&self) -> Option<PathBuf> {
+        None
+    }
+    /// The daemon's id (16 hex characters), kept beside its configuration.
+    fn host_id(&self) -> Option<String> {
         None
     }
 }

@@ -181,3 +181,24 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Replace the stored set with these records.
     fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError>;
 }
+
+/// Resources of one URI scheme that clients may also write and delete (`computer:` machines,
+/// say). Routed by scheme through [`crate::HostBuilder::resource_provider`]; `file:` stays with
+/// [`Resources`].
+#[async_trait]
+pub trait ResourceProvider: Send + Sync + 'static {
+    /// Read one resource.
+    async fn read(&self, uri: &str) -> Result<ResourceReadResult, RpcError>;
+
+    /// List a folder.
+    async fn list(&self, uri: &str) -> Result<ResourceListResult, RpcError>;
+
+    /// Resolve a URI to its canonical form and type.
+    async fn resolve(&self, uri: &str) -> Result<ResourceResolveResult, RpcError>;
+
+    /// Write a resource from UTF-8 text.
+    async fn write(&self, uri: &str, data: &str, create_only: bool) -> Result<(), RpcError>;
+
+    /// Delete a resource.
+    async fn delete(&self, uri: &str) -> Result<(), RpcError>;
+}

@@ -4,7 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use std::time::Duration;
+
 use ahpd_sdk::error::RpcError;
+use ahpd_sdk::machine::ComputerPort;
+use ahpd_sdk::nested::NestedAgent;
 use ahpd_sdk::plugin::SecretReader;
 use ahpd_sdk::ports::{ConnInfo, Extension};
 use ahpd_sdk::{Agent, HostHandle};
@@ -41,6 +45,8 @@ pub struct FixedAgent {
     pub order: usize,
     /// The agent.
     pub agent: Arc<dyn Agent>,
+    /// The plugin that registered it.
+    pub plugin: Option<String>,
 }
 
 struct Inner {
@@ -59,6 +65,8 @@ pub struct AgentsChannel {
     host: OnceLock<HostHandle>,
     /// Where the sessions of the agents handed to the host are tracked (closed at shutdown).
     live: Arc<LiveSessions>,
+    /// The machines port and how long an inner host has to answer, when a plugin gave one.
+    computers: Option<(Arc<dyn ComputerPort>, Duration)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,6 +104,23 @@ impl AgentsChannel {
             ops: tokio::sync::Mutex::new(()),
             host: OnceLock::new(),
             live,
+            computers: None,
+        }
+    }
+
+    /// Lets sessions of agents that run nested run in machines through this port.
+    pub fn with_computers(mut self, port: Arc<dyn ComputerPort>, start_timeout: Duration) -> Self {
+        self.computers = Some((port, start_timeout));
+        self
+    }
+
+    /// Wraps an agent so a session may name a machine; `plugin` registered it.
+    fn nest(&self, agent: Arc<dyn Agent>, plugin: Option<String>) -> Arc<dyn Agent> {
+        match &self.computers {
+            Some((port, timeout)) => {
+                Arc::new(NestedAgent::new(agent, port.clone(), plugin, *timeout))
+            }
+            None => agent,
         }
     }
 
@@ -106,16 +131,20 @@ impl AgentsChannel {
         let mut keyed: Vec<(usize, u8, String, Arc<dyn Agent>)> = self
             .fixed
             .iter()
-            .map(|f| (f.order, 0, f.agent.descriptor().provider, f.agent.clone()))
+            .map(|f| {
+                let agent = self.nest(f.agent.clone(), f.plugin.clone());
+                (f.order, 0, f.agent.descriptor().provider, agent)
+            })
             .collect();
         for (id, agent) in &inner.built {
-            let order = inner
+            let slot = inner
                 .entries
                 .get(id)
                 .and_then(|e| e.record.as_ref())
-                .and_then(|r| self.engines.iter().find(|s| s.engine.name() == r.engine))
-                .map_or(usize::MAX, |s| s.order);
-            keyed.push((order, 1, id.clone(), agent.clone()));
+                .and_then(|r| self.engines.iter().find(|s| s.engine.name() == r.engine));
+            let order = slot.map_or(usize::MAX, |s| s.order);
+            let agent = self.nest(agent.clone(), slot.map(|s| s.plugin.clone()));
+            keyed.push((order, 1, id.clone(), agent));
         }
         keyed.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
         keyed.into_iter().map(|k| self.live.wrap(k.3)).collect()

@@ -129,6 +129,9 @@ pub enum Command {
     Chat(crate::term::ChatOpts),
     /// List, show or delete the stored sessions.
     Sessions(crate::term::SessionsOpts),
+    /// A machine's main process: reaps orphans and exits on SIGTERM.
+    #[command(hide = true)]
+    MachineInit,
     /// Print a shell completion script.
     #[command(alias = "completions")]
     Completion {

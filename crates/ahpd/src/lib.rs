@@ -20,6 +20,7 @@ mod locations;
 mod logfile;
 mod logs;
 mod mcp;
+mod machines;
 mod plugins;
 mod process;
 mod records;
@@ -66,6 +67,7 @@ fn exit_code_of(err: &anyhow::Error) -> i32 {
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let loc = Locations::resolve(cli.config_file.as_deref())?;
     match cli.command {
+        Some(Command::MachineInit) => Ok(machines::machine_init()),
         None => {
             if cli.run.detached_child {
                 sys::new_session();

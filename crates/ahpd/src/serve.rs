@@ -103,6 +103,9 @@ struct Collected {
     engines: Vec<Arc<dyn Engine>>,
     agents: Vec<Arc<dyn Agent>>,
     mcp: Option<ahpd_mcp::McpHub>,
+    extras: crate::machines::Extras,
+    /// What a plugin may ask of the daemon.
+    context: crate::machines::Context,
 }
 
 impl Registrar for Collected {
@@ -123,6 +126,36 @@ impl Registrar for Collected {
             _ => None,
         }
     }
+
+    fn computers(&mut self, port: Arc<dyn ahpd_sdk::machine::ComputerPort>) {
+        self.extras.computers = Some(port);
+    }
+
+    fn resource_provider(
+        &mut self,
+        scheme: &str,
+        provider: Arc<dyn ahpd_sdk::ports::ResourceProvider>,
+    ) {
+        self.extras.providers.push((scheme.to_owned(), provider));
+    }
+
+    fn meta(&mut self, key: &str, value: Value) {
+        self.extras.meta.insert(key.to_owned(), value);
+    }
+
+    fn secrets(&self) -> Option<Arc<dyn ahpd_sdk::plugin::SecretReader>> {
+        Some(Arc::new(crate::channel::VaultReader(
+            self.context.vault.clone()?,
+        )))
+    }
+
+    fn config_dir(&self) -> Option<std::path::PathBuf> {
+        self.context.dir.clone()
+    }
+
+    fn host_id(&self) -> Option<String> {
+        self.context.host_id.clone()
+    }
 }
 
 /// Applies every enabled plugin that resolves; a failing one is reported and skipped.
@@ -130,6 +163,8 @@ async fn apply_plugins(
     cands: &[plugins::Candidate],
     vault: &Vault,
     mcp: &ahpd_mcp::McpHub,
+    context: &crate::machines::Context,
+    extras: &mut crate::machines::Extras,
 ) -> Result<(Vec<EngineSlot>, Vec<FixedAgent>), ServeError> {
     let mut engines: Vec<EngineSlot> = Vec::new();
     let mut fixed: Vec<FixedAgent> = Vec::new();
@@ -147,6 +182,7 @@ async fn apply_plugins(
         let Some(b) = &c.builtin else { continue };
         let mut collected = Collected {
             mcp: Some(mcp.clone()),
+            context: context.clone(),
             ..Collected::default()
         };
         let applied = std::panic::AssertUnwindSafe(b.plugin.apply(options.clone(), &mut collected))
@@ -187,8 +223,13 @@ async fn apply_plugins(
                     c.name
                 )));
             }
-            fixed.push(FixedAgent { order, agent });
+            fixed.push(FixedAgent {
+                order,
+                agent,
+                plugin: Some(c.name.clone()),
+            });
         }
+        extras.absorb(collected.extras, &options);
         tracing::info!(plugin = %c.name, "plugin {} ready", c.name);
     }
     Ok((engines, fixed))
@@ -330,7 +371,9 @@ pub(crate) async fn build_host(
         );
     }
     let mcp = crate::mcp::hub(settings, vault);
-    let (engines, fixed) = apply_plugins(&cands, vault, &mcp).await?;
+    let context = crate::machines::Context::for_run(loc, vault, run.stdio);
+    let mut extras = crate::machines::Extras::default();
+    let (engines, fixed) = apply_plugins(&cands, vault, &mcp, &context, &mut extras).await?;
     let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
 
     let store = RecordStore::new(loc.agents(), vault.clone());
@@ -340,7 +383,11 @@ pub(crate) async fn build_host(
     let live = LiveSessions::new();
     mcp.start_eager();
     live.set_mcp(mcp);
-    let channel = Arc::new(AgentsChannel::new(store, engines, fixed, live.clone()));
+    let mut channel = AgentsChannel::new(store, engines, fixed, live.clone());
+    if let Some(port) = &extras.computers {
+        channel = channel.with_computers(port.clone(), extras.start_timeout);
+    }
+    let channel = Arc::new(channel);
     let agents = channel.agents();
     let (valid, other) = channel.counts();
     if agents.is_empty() && !run.no_plugins {
@@ -357,6 +404,9 @@ pub(crate) async fn build_host(
 
     let mut meta = JsonObject::new();
     meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
+    for (k, v) in &extras.meta {
+        meta.insert(k.clone(), v.clone());
+    }
     let mut builder = HostBuilder::new()
         .agents(agents)
         .server_info("ahpd", env!("CARGO_PKG_VERSION"))
@@ -379,10 +429,19 @@ pub(crate) async fn build_host(
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }
-    // Titles, flags and settings of sessions survive a restart.
-    let sessions =
-        FileSessionStore::open(loc.sessions()).map_err(|e| ServeError::Runtime(e.to_string()))?;
-    builder = builder.session_store(Arc::new(sessions));
+    for (scheme, provider) in &extras.providers {
+        builder = builder.resource_provider(scheme.clone(), provider.clone());
+    }
+    // Titles, flags and settings of sessions survive a restart. An inner host in a machine
+    // whose configuration folder cannot be written serves without a store.
+    if context.dir.is_some() || !run.stdio {
+        let sessions = FileSessionStore::open(loc.sessions())
+            .map_err(|e| ServeError::Runtime(e.to_string()))?;
+        if let Some(port) = &extras.computers {
+            crate::machines::adopt(port.clone(), &sessions);
+        }
+        builder = builder.session_store(Arc::new(sessions));
+    }
     let host = builder
         .build()
         .map_err(|e| ServeError::Usage(e.to_string()))?;

@@ -25,6 +25,7 @@ pub mod chunk;
 pub mod dialect;
 mod endpoint;
 pub mod mcp_server;
+pub mod images;
 mod pairing;
 mod recorder;
 mod reply;

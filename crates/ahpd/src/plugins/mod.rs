@@ -244,7 +244,11 @@ pub fn resolve(c: &Candidate, vault: &Vault, mode: SecretMode) -> Result<Value, 
     };
     let plugin = b.plugin.as_ref();
     let mut opts = merged_options(plugin, c);
+    // Values a plugin reads from the vault when it uses them keep their references, so a
+    // rotated secret reaches the next use and a missing one fails that use, not the load.
+    let kept = options::take_secret_at_use(&mut opts, &plugin.options_schema());
     options::resolve_secrets(&mut opts, vault, mode).map_err(State::Unconfigured)?;
+    options::put_back(&mut opts, kept);
     options::validate(
         &plugin.options_schema(),
         &opts,

@@ -78,6 +78,55 @@ pub fn remove_dotted(options: &mut Map<String, Value>, key: &str) -> bool {
     }
 }
 
+/// A value taken out of the options by [`take_secret_at_use`]: its path and itself.
+pub type Kept = Vec<(Vec<String>, Value)>;
+
+/// Takes out every value whose schema is marked `x-ahpd-secret-at-use`, following
+/// `properties` and `additionalProperties`, so `$secret` references in them stay as written.
+pub fn take_secret_at_use(value: &mut Value, schema: &Value) -> Kept {
+    fn walk(value: &mut Value, schema: &Value, path: &mut Vec<String>, out: &mut Kept) {
+        let Some(obj) = value.as_object_mut() else {
+            return;
+        };
+        let keys: Vec<String> = obj.keys().cloned().collect();
+        for k in keys {
+            let sub = schema
+                .get("properties")
+                .and_then(|p| p.get(&k))
+                .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()));
+            let Some(sub) = sub else { continue };
+            path.push(k.clone());
+            if sub.get("x-ahpd-secret-at-use") == Some(&Value::Bool(true)) {
+                if let Some(v) = obj.remove(&k) {
+                    out.push((path.clone(), v));
+                }
+            } else if let Some(v) = obj.get_mut(&k) {
+                walk(v, sub, path, out);
+            }
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, schema, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Puts back what [`take_secret_at_use`] took.
+pub fn put_back(value: &mut Value, kept: Kept) {
+    for (path, v) in kept {
+        let Some((last, parents)) = path.split_last() else {
+            continue;
+        };
+        let pointer: String = parents
+            .iter()
+            .map(|p| format!("/{}", p.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        if let Some(obj) = value.pointer_mut(&pointer).and_then(Value::as_object_mut) {
+            obj.insert(last.clone(), v);
+        }
+    }
+}
+
 /// How `$secret` references are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecretMode {

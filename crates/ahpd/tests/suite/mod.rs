@@ -5,6 +5,8 @@ mod config;
 mod crash;
 mod daemon;
 mod mcp;
+mod machines_docker;
+mod machines_nested;
 mod plugins;
 mod process;
 mod records;
