@@ -12,7 +12,7 @@ use ahp_types::actions::{
     SessionConfigChangedAction, StateAction,
 };
 use ahp_types::common::JsonObject;
-use ahp_types::state::{ErrorInfo, ErrorResponsePart, ToolCallConfirmationReason};
+use ahp_types::state::{ErrorInfo, ErrorResponsePart};
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -657,20 +657,22 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
                     confirmation_title: a.confirmation_title,
                     edits: a.edits,
                 };
-                let (approved, reason, edited, option) = match ctx.ask_approval(request).await {
+                let (approved, reason, edited, option, why) = match ctx.ask_approval(request).await
+                {
                     ApprovalOutcome::Approved {
                         edited_input,
                         option_id,
-                    } => (true, None, edited_input, option_id),
-                    ApprovalOutcome::Denied { reason } => (false, reason, None, None),
-                    ApprovalOutcome::Cancelled => (false, None, None, None),
+                        confirmed,
+                    } => (true, None, edited_input, option_id, Some(confirmed)),
+                    ApprovalOutcome::Denied { reason } => (false, reason, None, None, None),
+                    ApprovalOutcome::Cancelled => (false, None, None, None, None),
                 };
                 let confirmed = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
                     turn_id: a.turn_id,
                     tool_call_id: a.tool_call_id,
                     meta: None,
                     approved,
-                    confirmed: approved.then_some(ToolCallConfirmationReason::UserAction),
+                    confirmed: why,
                     reason,
                     edited_tool_input: edited,
                     user_suggestion: None,
