@@ -21,7 +21,7 @@ pub mod session;
 mod transcript;
 mod turns;
 
-pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};
+pub use agent::{AgentBuildError, CofoldAgent, cofold_agent, cofold_agent_with};
 pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};
 pub use options::{
     CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, options_schema,

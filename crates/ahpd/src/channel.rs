@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ahpd_sdk::error::RpcError;
-use ahpd_sdk::plugin::SecretReader;
+use ahpd_sdk::plugin::{SecretError, SecretReader};
 use ahpd_sdk::ports::{ConnInfo, Extension};
 use ahpd_sdk::{Agent, HostHandle};
 use async_trait::async_trait;
@@ -26,11 +26,14 @@ pub const DELETE: &str = "x-ahpd/agents/delete";
 pub struct VaultReader(pub Vault);
 
 impl SecretReader for VaultReader {
-    fn read(&self, name: &str) -> Result<ahpd_sdk::Secret, String> {
+    fn read(&self, name: &str) -> Result<ahpd_sdk::Secret, SecretError> {
         self.0
             .read(name)
             .map(|s| ahpd_sdk::Secret::new(s.expose()))
-            .map_err(|e| e.to_string())
+            .map_err(|e| SecretError {
+                name: name.to_owned(),
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -245,7 +248,7 @@ fn build(store: &RecordStore, engines: &[EngineSlot], entry: &mut Entry) -> Opti
             None
         }
         Ok(Err(reason)) => {
-            entry.status = Status::Invalid(reason);
+            entry.status = Status::Invalid(reason.to_string());
             None
         }
         Err(_) => {

@@ -164,6 +164,8 @@ struct Run {
     last_failure: Option<String>,
 }
 
+// Longer than 80 lines: the retry loop and the decoding share the stream's state, held in one
+// `unfold` closure.
 /// A stream that first yields `bodies` as an error when it is one, else asks and decodes.
 pub(crate) fn start(
     endpoint: Arc<Endpoint>,
@@ -171,7 +173,7 @@ pub(crate) fn start(
     signal: AbortSignal,
 ) -> BoxStream<'static, Item> {
     let url = endpoint.url("/chat/completions");
-    let tries = Tries::new(&endpoint);
+    let tries = Tries::new(endpoint.retry);
     let (queue, phase, bodies) = match bodies {
         Ok(b) => (VecDeque::new(), Phase::Start, b),
         Err(e) => (
