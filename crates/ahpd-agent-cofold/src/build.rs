@@ -12,7 +12,7 @@ use cofold_agents::model::{
 use cofold_agents::policy::{ModeContext, PermissionMode, policy_of};
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
-use cofold_tools::standard::{StandardArgs, ToolsConfig, standard_capabilities};
+use cofold_tools::standard::{StandardArgs, standard_capabilities};
 use cofold_tools::web::ClientSource;
 use serde_json::Value;
 

@@ -3,17 +3,16 @@
 //! (keys masked).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cofold_agents::error::{AgentError, ErrorCode};
-use cofold_agents::tool::{AbortReason, AbortSignal};
+use cofold_agents::tool::AbortSignal;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::body::{BodyClock, read_whole};
 use crate::dialect::{Dialect, Learned};
-use crate::failure::{Failure, abort_error, error_chain, mask_keys, no_answer, shown};
+use crate::failure::{Failure, abort_error, error_chain, mask_keys, shown};
 use crate::retry::Tries;
 use crate::retry::{asked_wait, status_is_retryable};
 use crate::settings::{RetryPolicy, TimeLimits};
@@ -239,6 +238,7 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn excerpts_never_split_a_character() {

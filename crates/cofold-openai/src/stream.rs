@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use crate::body::{BodyClock, next_piece, read_whole};
 use crate::decode::StreamDecoder;
-use crate::http::{Endpoint, Failure};
+use crate::failure::Failure;
+use crate::http::Endpoint;
 use crate::reply::parse_completion;
 use crate::retry::Tries;
 use crate::sse::{SseEvent, SseParser};

@@ -125,7 +125,7 @@ impl Capability for FilesCapability {
             search_files_def(&run),
         ];
         defs.into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 

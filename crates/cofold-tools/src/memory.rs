@@ -236,7 +236,7 @@ impl Capability for MemoryCapability {
     async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         [self.read_def(), self.write_def()]
             .into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 

@@ -135,8 +135,8 @@ pub struct ShellResult {
 /// Dropping the returned future while the command runs kills the call's processes as well.
 // Longer than most: the two reading phases share the pipe readers and the child pinned in this
 // frame, and splitting them would move those borrows across functions for no clarity.
-pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
-    let cancel = args.cancel.unwrap_or_default();
+pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult> {
+    let cancel = args.cancel.take().unwrap_or_default();
     if cancel.is_cancelled() {
         return Ok(ShellResult {
             aborted: true,
@@ -146,7 +146,7 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
 
     become_subreaper();
     let marker = new_marker();
-    let vars = match args.base_env {
+    let vars = match args.base_env.take() {
         Some(vars) => args.env.apply(vars),
         None => args.env.apply(std::env::vars_os()),
     };

@@ -134,7 +134,7 @@ impl Capability for ShellCapability {
         });
         Tool::new(shell_exec_def(run))
             .map(|tool| vec![tool])
-            .map_err(|e| e.to_string())
+            .map_err(|e| CapabilityError::from(e.to_string()))
     }
 
     async fn instructions(

@@ -129,7 +129,7 @@ impl Capability for WebCapability {
             ));
         }
         defs.into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 
