@@ -48,13 +48,39 @@ pub struct CofoldAgent {
     description: String,
 }
 
+/// Why an agent could not be built over its options.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentBuildError {
+    /// The file store would not open.
+    #[error("{agent}: the store at {} cannot be opened: {reason}", root.display())]
+    Store {
+        /// The agent's id.
+        agent: String,
+        /// The store's root folder.
+        root: PathBuf,
+        /// The store's own sentence.
+        reason: String,
+    },
+    /// The options do not have the documented shape.
+    #[error("{agent}: {source}")]
+    Options {
+        /// The agent's id.
+        agent: String,
+        /// What does not fit.
+        source: crate::options::OptionsError,
+    },
+}
+
 /// Builds the default agent (`cofold`, `Cofold`) over plugin options.
-pub fn cofold_agent(options: &Value) -> Result<CofoldAgent, String> {
+pub fn cofold_agent(options: &Value) -> Result<CofoldAgent, AgentBuildError> {
     cofold_agent_with(options, Embedder::default())
 }
 
 /// Builds the default agent with values only an embedder passes.
-pub fn cofold_agent_with(options: &Value, embedder: Embedder) -> Result<CofoldAgent, String> {
+pub fn cofold_agent_with(
+    options: &Value,
+    embedder: Embedder,
+) -> Result<CofoldAgent, AgentBuildError> {
     CofoldAgent::new(
         "cofold",
         "Cofold",
@@ -74,20 +100,25 @@ impl CofoldAgent {
         options: &Value,
         embedder: Embedder,
         shared: Arc<Shared>,
-    ) -> Result<CofoldAgent, String> {
+    ) -> Result<CofoldAgent, AgentBuildError> {
         let env = embedder.env.clone().unwrap_or_else(Environment::process);
-        let options = CofoldOptions::from_value(options, &env);
+        let options = CofoldOptions::from_value(options, &env).map_err(|source| {
+            AgentBuildError::Options {
+                agent: id.to_owned(),
+                source,
+            }
+        })?;
         let (store, store_root): (Arc<dyn Store>, Option<PathBuf>) = if options.memory {
             (Arc::new(MemoryStore::new()), None)
         } else {
             let root = options.store.clone().unwrap_or_else(|| env.cofold_home());
             let store =
                 FileStore::open(root.clone(), FileStoreOptions::default()).map_err(|e| {
-                    format!(
-                        "{id}: the store at {} cannot be opened: {}",
-                        root.display(),
-                        e.message
-                    )
+                    AgentBuildError::Store {
+                        agent: id.to_owned(),
+                        root: root.clone(),
+                        reason: e.message,
+                    }
                 })?;
             (Arc::new(store), Some(root))
         };

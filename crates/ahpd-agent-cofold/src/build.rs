@@ -5,19 +5,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
+use cofold_agents::ask::ask_user_tool;
 use cofold_agents::model::{
     ModelAdapter, ModelParams, ModelSpec, ReasoningEffort, ReasoningParams,
 };
 use cofold_agents::policy::{ModeContext, PermissionMode, policy_of};
-use cofold_agents::question::ask_user_tool;
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
-use cofold_tools::standard::{StandardArgs, ToolsConfig, standard_capabilities};
+use cofold_tools::standard::{StandardArgs, standard_capabilities};
 use cofold_tools::web::ClientSource;
 use serde_json::Value;
 
 use crate::models::{
-    Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point, resolve_connection,
+    ClientError, ConnectionError, Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point,
+    resolve_connection,
 };
 use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder, Environment};
 
@@ -114,6 +115,37 @@ pub struct TurnExtras {
     pub tools: Vec<cofold_agents::tool::Tool>,
 }
 
+/// Why a turn's agent cannot be built. Each message is the one sentence the turn fails with,
+/// naming the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnAgentError {
+    /// The copapo configuration could not be read.
+    #[error("{agent}: {reason}")]
+    Configuration {
+        /// The agent's id.
+        agent: String,
+        /// What is wrong with the file.
+        reason: String,
+    },
+    /// No endpoint fits the turn's model reference.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The model client could not be made.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The agent's `tools` option does not have the documented shape.
+    #[error("{agent}: {source}")]
+    Tools {
+        /// The agent's id.
+        agent: String,
+        /// The section's own sentence.
+        source: cofold_tools::standard::ToolsConfigError,
+    },
+    /// The tools and policy did not assemble into an agent (a tool name given twice).
+    #[error("{0}")]
+    Assembly(String),
+}
+
 /// Everything a turn's run needs besides its input.
 pub struct TurnAgent {
     /// The cofold agent.
@@ -133,7 +165,8 @@ fn web_client(mut network: cofold_openai::Network, env: &Environment) -> ClientS
         network.env = Some(env.vars.clone());
     }
     ClientSource::new(move || {
-        cofold_openai::net::client_builder(&network).map_err(|e| e.message.clone())
+        cofold_openai::net::client_builder(&network)
+            .map_err(|e| cofold_tools::web::SourceError(e.message.clone()))
     })
 }
 
@@ -218,7 +251,7 @@ impl AgentCore {
             .collect()
     }
 
-    /// Builds the cofold agent of one turn, or the sentence the turn fails with.
+    /// Builds the cofold agent of one turn, or says why the turn fails.
     pub fn turn_agent(
         &self,
         turn: &TurnSettings,
@@ -226,7 +259,7 @@ impl AgentCore {
         workspace: &Path,
         credential: Option<String>,
         extras: TurnExtras,
-    ) -> Result<TurnAgent, String> {
+    ) -> Result<TurnAgent, TurnAgentError> {
         let TurnExtras {
             taken_names,
             hooks,
@@ -234,7 +267,10 @@ impl AgentCore {
         } = extras;
         let host_tool_names = taken_names.as_slice();
         if let Some(error) = &copapo.error {
-            return Err(format!("{}: {error}", self.id));
+            return Err(TurnAgentError::Configuration {
+                agent: self.id.clone(),
+                reason: error.clone(),
+            });
         }
         let instructions = turn
             .instructions
@@ -349,8 +385,13 @@ impl AgentCore {
             self.options.auto_compact_at,
         );
         let memory_dir = self.memory_dir(workspace);
-        let tools_config = ToolsConfig::from_value(&self.options.tools_value())
-            .map_err(|e| format!("{}: {e}", self.id))?;
+        let tools_config = self
+            .options
+            .tools_config()
+            .map_err(|source| TurnAgentError::Tools {
+                agent: self.id.clone(),
+                source,
+            })?;
         let capabilities = standard_capabilities(
             &tools_config,
             StandardArgs {
@@ -377,7 +418,7 @@ impl AgentCore {
             builder = builder.tool(tool);
         }
         if !host_tool_names.iter().any(|n| n == "ask_user") {
-            let ask = ask_user_tool(None, None).map_err(|e| e.message)?;
+            let ask = ask_user_tool(None, None).map_err(|e| TurnAgentError::Assembly(e.message))?;
             builder = builder.tool(ask);
         }
         for capability in capabilities {
@@ -398,7 +439,10 @@ impl AgentCore {
                 )
             }
         };
-        let agent = builder.policy(policy).build().map_err(|e| e.message)?;
+        let agent = builder
+            .policy(policy)
+            .build()
+            .map_err(|e| TurnAgentError::Assembly(e.message))?;
         Ok(TurnAgent {
             agent,
             reference,

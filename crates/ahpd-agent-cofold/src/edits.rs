@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use cofold_agents::hooks::{AfterTool, BeforeTool, Hooks, RunInfo};
+use cofold_agents::hooks::{AfterTool, BeforeTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::ToolCall;
 use cofold_agents::tool::Tool;
 use cofold_tools::paths::resolve_within;
@@ -74,7 +74,7 @@ impl Hooks for EditHooks {
         call: &ToolCall,
         tool: &Tool,
         _run: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         // Memory files live outside the workspace, so they never count as edits.
         let input = call.input.clone().unwrap_or(serde_json::Value::Null);
         if tool.name().starts_with("memory_") {
@@ -101,7 +101,7 @@ impl Hooks for EditHooks {
         output: String,
         _is_error: bool,
         _run: &RunInfo,
-    ) -> Result<AfterTool, String> {
+    ) -> Result<AfterTool, HookError> {
         self.edits.after(&call.call_id);
         Ok(AfterTool::keep(output))
     }

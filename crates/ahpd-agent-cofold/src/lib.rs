@@ -26,7 +26,7 @@ mod turn_facts;
 mod turn_parts;
 mod turns;
 
-pub use agent::{CofoldAgent, cofold_agent, cofold_agent_with};
+pub use agent::{AgentBuildError, CofoldAgent, cofold_agent, cofold_agent_with};
 pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};
 pub use options::{
     CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, options_schema,

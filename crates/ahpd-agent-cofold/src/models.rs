@@ -145,7 +145,38 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Resolves a reference to an endpoint, or the sentence that says why it cannot be.
+/// Why a model reference leads to no endpoint. Each message is the one sentence a turn fails
+/// with, starting with the agent's id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    /// Neither the turn, the agent nor the copapo file names a model.
+    #[error(
+        "{agent}: no model is configured; add \"model\" (as \"<provider>/<model>\") to {}",
+        file.display()
+    )]
+    NoModel {
+        /// The agent's id.
+        agent: String,
+        /// The copapo file a model would be added to.
+        file: PathBuf,
+    },
+    /// The reference names a provider the configuration does not have.
+    #[error("{agent}: {sentence}")]
+    UnknownProvider {
+        /// The agent's id.
+        agent: String,
+        /// What was named, what is configured, and what to write instead.
+        sentence: String,
+    },
+}
+
+/// Why the model client for an endpoint could not be made (an unusable proxy or certificate
+/// setting); the message is the model client's own sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ClientError(pub String);
+
+/// Resolves a reference to an endpoint, or says why it cannot be.
 /// `listed` holds the model ids of the providers whose catalogues were read, so a reference
 /// naming no configured provider can be told which provider lists it.
 pub fn resolve_connection(
@@ -154,12 +185,10 @@ pub fn resolve_connection(
     explicit_base: Option<&str>,
     copapo: &Copapo,
     listed: &[(&str, &[String])],
-) -> Result<Connection, String> {
-    let no_model = || {
-        format!(
-            "{agent_id}: no model is configured; add \"model\" (as \"<provider>/<model>\") to {}",
-            copapo.path.display()
-        )
+) -> Result<Connection, ConnectionError> {
+    let no_model = || ConnectionError::NoModel {
+        agent: agent_id.to_owned(),
+        file: copapo.path.clone(),
     };
     let Some(reference) = reference.map(str::trim).filter(|r| !r.is_empty()) else {
         return Err(no_model());
@@ -192,7 +221,10 @@ pub fn resolve_connection(
             listed,
         }
         .sentence();
-        return Err(format!("{agent_id}: {sentence}"));
+        return Err(ConnectionError::UnknownProvider {
+            agent: agent_id.to_owned(),
+            sentence,
+        });
     }
     if let Some(base) = explicit_base {
         return Ok(on(base, reference, None));
@@ -283,7 +315,7 @@ impl Shared {
         key: &KeySource,
         headers: Vec<(String, String)>,
         settings: &ProviderSettings,
-    ) -> Result<Arc<OpenAiProvider>, String> {
+    ) -> Result<Arc<OpenAiProvider>, ClientError> {
         // Like the key tag, the settings' form (which may hold a proxy's credentials) lives only
         // in this map.
         let id = (
@@ -294,7 +326,7 @@ impl Shared {
         let mut map = self
             .providers
             .lock()
-            .map_err(|_| "the provider cache is unavailable".to_owned())?;
+            .map_err(|_| ClientError("the provider cache is unavailable".to_owned()))?;
         if let Some(p) = map.get(&id) {
             return Ok(p.clone());
         }
@@ -307,7 +339,7 @@ impl Shared {
             }
             .with_settings(settings),
         )
-        .map_err(|e| e.message.clone())?;
+        .map_err(|e| ClientError(e.message.clone()))?;
         let provider = Arc::new(provider);
         map.insert(id, provider.clone());
         Ok(provider)
@@ -425,7 +457,8 @@ mod tests {
             &[],
         );
         assert_eq!(r.map(|c| c.model_id), Ok("deepseek/deepseek-chat".into()));
-        let r = resolve_connection("cofold", Some("absent/model"), None, &c, &[]);
+        let r = resolve_connection("cofold", Some("absent/model"), None, &c, &[])
+            .map_err(|e| e.to_string());
         assert_eq!(
             r,
             Err(
@@ -446,15 +479,15 @@ mod tests {
             &[("local", &ids)],
         );
         assert!(
-            r.as_ref().is_err_and(|e| e.ends_with(
+            r.as_ref().is_err_and(|e| e.to_string().ends_with(
                 "provider \"local\" lists \"absent/model\", so write \"local/absent/model\""
             )),
             "{r:?}"
         );
         let r = resolve_connection("cofold", None, None, &c, &[]);
-        assert!(r.is_err_and(|e| e.contains("no model is configured")));
+        assert!(r.is_err_and(|e| e.to_string().contains("no model is configured")));
         let r = resolve_connection("cofold", Some("m"), None, &copapo(&[]), &[]);
-        assert!(r.is_err_and(|e| e.contains("no model is configured")));
+        assert!(r.is_err_and(|e| e.to_string().contains("no model is configured")));
         let r = resolve_connection("cofold", Some("m"), None, &c, &[]);
         assert_eq!(r.map(|c| c.base_url), Ok("https://or/v1".into()));
     }

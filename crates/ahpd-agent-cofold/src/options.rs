@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use cofold_agents::model::ModelAdapter;
 use cofold_agents::policy::Policy;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// The instructions a session runs with when nothing names any.
@@ -59,7 +61,9 @@ pub struct CofoldOptions {
 /// The `modelTimeouts` option: each limit set here replaces the provider's for this agent's
 /// requests; an absent one keeps the provider's. A value of 0 means no limit, as in a copapo
 /// provider entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(deny_unknown_fields)]
 pub struct ModelTimeouts {
     /// `connectMs`.
     pub connect_ms: Option<u64>,
@@ -72,16 +76,6 @@ pub struct ModelTimeouts {
 }
 
 impl ModelTimeouts {
-    fn from_value(value: Option<&Value>) -> ModelTimeouts {
-        let ms = |key: &str| value.and_then(|v| v.get(key)).and_then(Value::as_u64);
-        ModelTimeouts {
-            connect_ms: ms("connectMs"),
-            first_byte_ms: ms("firstByteMs"),
-            idle_ms: ms("idleMs"),
-            whole_ms: ms("wholeMs"),
-        }
-    }
-
     /// `limits` with the values set here put over them.
     pub fn over(&self, limits: cofold_openai::TimeLimits) -> cofold_openai::TimeLimits {
         let pick = |mine: Option<u64>, theirs: Option<std::time::Duration>| match mine {
@@ -111,136 +105,185 @@ impl std::fmt::Debug for CofoldOptions {
     }
 }
 
-fn non_blank(value: Option<&Value>) -> Option<String> {
-    value
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
+/// The plugin's options as written. The JSON Schema clients and the daemon check options with
+/// ([`options_schema`]) is derived from this struct; a field's doc comment is its description.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(deny_unknown_fields)]
+pub struct WrittenOptions {
+    /// Model reference a turn runs on when nothing nearer names one.
+    pub model: Option<String>,
+    /// The agent's explicit OpenAI-compatible endpoint.
+    #[schemars(regex(pattern = r"^https?://[^\s/]+"))]
+    pub base_url: Option<String>,
+    /// Thinking levels each model of baseUrl accepts.
+    #[schemars(with = "Option<std::collections::BTreeMap<String, ModelEntry>>")]
+    pub models: Option<Map<String, Value>>,
+    /// System prompt of a session that names none.
+    #[schemars(extend("default" = DEFAULT_INSTRUCTIONS))]
+    pub instructions: Option<String>,
+    /// The configuration folder inside a machine, or false for none.
+    #[schemars(extend("default" = DEFAULT_COMPUTER_CONFIG_DIR))]
+    pub computer_config_dir: Option<ComputerConfigDir>,
+    /// Root of the file store; default cofold's home.
+    pub store: Option<String>,
+    /// Keep conversations in memory only.
+    #[schemars(extend("default" = false))]
+    pub memory: Option<bool>,
+    /// The tools section; its shape depends on strictTools.
+    #[schemars(schema_with = "any_object")]
+    pub tools: Option<Value>,
+    /// Whether an unknown key in tools is refused (true) or skipped (false).
+    #[schemars(extend("default" = true))]
+    pub strict_tools: Option<bool>,
+    /// The endpoint's key, or a reference to a vault secret.
+    #[schemars(extend("writeOnly" = true))]
+    pub api_key: Option<ApiKeyOption>,
+    /// The protected resource clients authenticate against.
+    pub resource: Option<String>,
+    /// History size in tokens that triggers compaction.
+    #[schemars(range(min = 1))]
+    pub auto_compact_tokens: Option<u64>,
+    /// Fraction of the context window at which history is compacted.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1, "default" = DEFAULT_AUTO_COMPACT_AT))]
+    pub auto_compact_at: Option<f64>,
+    /// Milliseconds an endpoint's model list may take.
+    #[schemars(range(min = 1), extend("default" = DEFAULT_CATALOGUE_TIMEOUT_MS))]
+    pub catalogue_timeout_ms: Option<u64>,
+    /// Whether the host's own tools reach this agent's sessions.
+    #[schemars(extend("default" = true))]
+    pub host_tools: Option<bool>,
+    /// Time limits of this agent's model requests in milliseconds (0 for no limit), over the
+    /// provider's own.
+    pub model_timeouts: Option<ModelTimeouts>,
+}
+
+/// One entry of `models`, for the schema: the entries are kept as written.
+#[derive(Debug, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// The thinking levels the model accepts.
+    pub supports_reasoning_effort: Option<Vec<String>>,
+}
+
+/// `computerConfigDir`: an absolute path, or `false`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ComputerConfigDir {
+    /// The folder.
+    Path(#[schemars(regex(pattern = "^/"))] String),
+    /// `false`: no configuration folder.
+    Off(#[schemars(schema_with = "false_only")] bool),
+}
+
+fn false_only(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "const": false })
+}
+
+/// `apiKey`: the key itself, or `{ "$secret": "<vault name>" }`.
+#[derive(Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ApiKeyOption {
+    /// The key.
+    Key(String),
+    /// A vault reference, resolved by the daemon before the engine sees the options.
+    Secret(SecretRef),
+}
+
+// The key is never printed.
+impl std::fmt::Debug for ApiKeyOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiKeyOption::Key(_) => f.write_str("Key(<hidden>)"),
+            ApiKeyOption::Secret(r) => write!(f, "Secret({})", r.secret),
+        }
+    }
+}
+
+/// `{ "$secret": "<vault name>" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SecretRef {
+    /// The vault entry's name.
+    #[serde(rename = "$secret")]
+    pub secret: String,
+}
+
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
+}
+
+/// Options that do not have the shape of [`WrittenOptions`]; the daemon checks options against
+/// [`options_schema`] first, so only an embedder passing unchecked values meets this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the options do not fit the cofold engine: {0}")]
+pub struct OptionsError(String);
+
+fn non_blank(value: Option<String>) -> Option<String> {
+    value.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
 impl CofoldOptions {
-    /// Reads options already checked against [`options_schema`]. A `$secret` object in `apiKey`
-    /// counts as no key here; the caller resolves secrets before.
-    pub fn from_value(value: &Value, env: &Environment) -> CofoldOptions {
-        let empty = Map::new();
-        let obj = value.as_object().unwrap_or(&empty);
-        let store = non_blank(obj.get("store")).map(|s| match s.strip_prefix("~/") {
+    /// Reads options, already checked against [`options_schema`] when they come from the
+    /// daemon. A `$secret` object in `apiKey` counts as no key here; the caller resolves
+    /// secrets before.
+    pub fn from_value(value: &Value, env: &Environment) -> Result<CofoldOptions, OptionsError> {
+        let written = match value {
+            Value::Null => WrittenOptions::default(),
+            other => WrittenOptions::deserialize(other)
+                .map_err(|e| OptionsError(e.to_string().replace('`', "'")))?,
+        };
+        let store = non_blank(written.store).map(|s| match s.strip_prefix("~/") {
             Some(rest) => env.home.join(rest),
             None => PathBuf::from(s),
         });
-        CofoldOptions {
-            model: non_blank(obj.get("model")),
-            base_url: non_blank(obj.get("baseUrl")),
-            models: obj
-                .get("models")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-            instructions: non_blank(obj.get("instructions")),
+        let api_key = match written.api_key {
+            Some(ApiKeyOption::Key(key)) => non_blank(Some(key)),
+            Some(ApiKeyOption::Secret(_)) | None => None,
+        };
+        Ok(CofoldOptions {
+            model: non_blank(written.model),
+            base_url: non_blank(written.base_url),
+            models: written.models.unwrap_or_default(),
+            instructions: non_blank(written.instructions),
             store,
-            memory: obj.get("memory").and_then(Value::as_bool).unwrap_or(false),
-            tools: obj.get("tools").cloned(),
-            strict_tools: obj
-                .get("strictTools")
-                .and_then(Value::as_bool)
-                .unwrap_or(true),
-            api_key: non_blank(obj.get("apiKey")),
-            resource: non_blank(obj.get("resource")),
-            auto_compact_tokens: obj.get("autoCompactTokens").and_then(Value::as_u64),
-            auto_compact_at: obj
-                .get("autoCompactAt")
-                .and_then(Value::as_f64)
-                .unwrap_or(DEFAULT_AUTO_COMPACT_AT),
-            catalogue_timeout_ms: obj
-                .get("catalogueTimeoutMs")
-                .and_then(Value::as_u64)
+            memory: written.memory.unwrap_or(false),
+            tools: written.tools,
+            strict_tools: written.strict_tools.unwrap_or(true),
+            api_key,
+            resource: non_blank(written.resource),
+            auto_compact_tokens: written.auto_compact_tokens,
+            auto_compact_at: written.auto_compact_at.unwrap_or(DEFAULT_AUTO_COMPACT_AT),
+            catalogue_timeout_ms: written
+                .catalogue_timeout_ms
                 .unwrap_or(DEFAULT_CATALOGUE_TIMEOUT_MS),
-            host_tools: obj
-                .get("hostTools")
-                .and_then(Value::as_bool)
-                .unwrap_or(true),
-            model_timeouts: ModelTimeouts::from_value(obj.get("modelTimeouts")),
-            computer_config_dir: match obj.get("computerConfigDir") {
-                Some(Value::Bool(false)) => None,
-                Some(Value::String(s)) if s.starts_with('/') => Some(s.clone()),
+            host_tools: written.host_tools.unwrap_or(true),
+            model_timeouts: written.model_timeouts.unwrap_or_default(),
+            computer_config_dir: match written.computer_config_dir {
+                Some(ComputerConfigDir::Off(false)) => None,
+                Some(ComputerConfigDir::Path(path)) if path.starts_with('/') => Some(path),
                 _ => Some(DEFAULT_COMPUTER_CONFIG_DIR.to_owned()),
             },
-        }
+        })
     }
 
-    /// The `tools` section as the engine applies it: the loose reading drops unknown keys and
-    /// providers without a key.
-    pub fn tools_value(&self) -> Value {
-        let tools = self.tools.clone().unwrap_or_else(|| json!({}));
-        if self.strict_tools {
-            return tools;
-        }
-        loosen_tools(&tools)
-    }
-}
-
-fn loosen_tools(tools: &Value) -> Value {
-    let mut out = Map::new();
-    let Some(obj) = tools.as_object() else {
-        return Value::Object(out);
-    };
-    for key in ["files", "shell", "memory"] {
-        if let Some(v) = obj.get(key) {
-            let kept = match v {
-                Value::Object(o) => Value::Object(
-                    o.iter()
-                        .filter(|(k, _)| {
-                            (key == "files" && k.as_str() == "requireRead")
-                                || (key == "shell" && k.as_str() == "env")
-                        })
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                ),
-                other => other.clone(),
-            };
-            out.insert(key.to_owned(), kept);
-        }
-    }
-    if let Some(web) = obj.get("web") {
-        let kept = match web {
-            Value::Object(o) => {
-                let mut providers = Map::new();
-                if let Some(search) = o.get("search").and_then(Value::as_object) {
-                    for (name, entry) in search {
-                        match name.as_str() {
-                            "brave" | "tavily" => {
-                                let key = entry.get("apiKey");
-                                let usable = match key {
-                                    Some(Value::String(s)) => !s.trim().is_empty(),
-                                    Some(Value::Object(_)) => true,
-                                    _ => false,
-                                };
-                                if usable {
-                                    providers.insert(name.clone(), json!({ "apiKey": key }));
-                                }
-                            }
-                            "duckduckgo" if entry.is_boolean() => {
-                                providers.insert(name.clone(), entry.clone());
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                let usable = providers
-                    .values()
-                    .any(|v| v.is_object() || v.as_bool() == Some(true));
-                if usable {
-                    json!({ "search": providers })
-                } else {
-                    json!({})
-                }
-            }
-            other => other.clone(),
+    /// The `tools` section as the engine applies it: read loosely when `strictTools` is
+    /// false (unknown keys and keyless search providers skipped).
+    pub fn tools_config(
+        &self,
+    ) -> Result<cofold_tools::standard::ToolsConfig, cofold_tools::standard::ToolsConfigError> {
+        use cofold_tools::standard::{Reading, ToolsConfig};
+        let reading = if self.strict_tools {
+            Reading::Strict
+        } else {
+            Reading::Loose
         };
-        out.insert("web".to_owned(), kept);
+        match &self.tools {
+            Some(tools) => ToolsConfig::read(tools, reading),
+            None => Ok(ToolsConfig::default()),
+        }
     }
-    Value::Object(out)
 }
 
 /// Where the engine reads environment variables and the home folder from; injectable so tests
@@ -350,77 +393,82 @@ pub enum EditPhase {
     After,
 }
 
-/// JSON Schema of the plugin's options.
+/// JSON Schema of the plugin's options: derived from [`WrittenOptions`], with `tools` checked
+/// strictly or loosely as `strictTools` says.
 pub fn options_schema() -> Value {
     let mut strict_tools = cofold_tools::standard::tools_schema();
     crate::schema_wording::boolean_or_object(&mut strict_tools);
     let mut loose_tools = loose_tools_schema();
     crate::schema_wording::boolean_or_object(&mut loose_tools);
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
-            "model": { "type": "string", "description": "Model reference a turn runs on when nothing nearer names one." },
-            "baseUrl": { "type": "string", "pattern": "^https?://[^\\s/]+", "description": "The agent's explicit OpenAI-compatible endpoint." },
-            "models": {
-                "type": "object",
-                "description": "Thinking levels each model of baseUrl accepts.",
-                "additionalProperties": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "properties": { "supportsReasoningEffort": { "type": "array", "items": { "type": "string" } } }
-                }
-            },
-            "instructions": { "type": "string", "default": DEFAULT_INSTRUCTIONS },
-            "computerConfigDir": {
-                "anyOf": [ { "type": "string", "pattern": "^/" }, { "const": false } ],
-                "default": DEFAULT_COMPUTER_CONFIG_DIR
-            },
-            "store": { "type": "string", "description": "Root of the file store; default cofold's home." },
-            "memory": { "type": "boolean", "default": false },
-            "tools": { "type": "object" },
-            "strictTools": { "type": "boolean", "default": true },
-            "apiKey": {
-                "writeOnly": true,
-                "anyOf": [
-                    { "type": "string" },
-                    { "type": "object", "additionalProperties": false, "required": ["$secret"], "properties": { "$secret": { "type": "string" } } }
-                ]
-            },
-            "resource": { "type": "string" },
-            "autoCompactTokens": { "type": "integer", "minimum": 1 },
-            "autoCompactAt": { "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": DEFAULT_AUTO_COMPACT_AT },
-            "catalogueTimeoutMs": { "type": "integer", "minimum": 1, "default": DEFAULT_CATALOGUE_TIMEOUT_MS },
-            "hostTools": { "type": "boolean", "default": true },
-            "modelTimeouts": {
-                "type": "object",
-                "additionalProperties": false,
-                "description": "Time limits of this agent's model requests in milliseconds (0 for no limit), over the provider's own.",
-                "properties": {
-                    "connectMs": { "type": "integer", "minimum": 0 },
-                    "firstByteMs": { "type": "integer", "minimum": 0 },
-                    "idleMs": { "type": "integer", "minimum": 0 },
-                    "wholeMs": { "type": "integer", "minimum": 0 }
-                }
-            }
-        },
-        "if": { "properties": { "strictTools": { "const": false } }, "required": ["strictTools"] },
-        "then": { "properties": { "tools": loose_tools } },
-        "else": { "properties": { "tools": strict_tools } }
-    })
+    let mut schema = cofold_tools::config_schema::schema_for::<WrittenOptions>();
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert(
+            "if".to_owned(),
+            json!({ "properties": { "strictTools": { "const": false } }, "required": ["strictTools"] }),
+        );
+        obj.insert(
+            "then".to_owned(),
+            json!({ "properties": { "tools": loose_tools } }),
+        );
+        obj.insert(
+            "else".to_owned(),
+            json!({ "properties": { "tools": strict_tools } }),
+        );
+    }
+    schema
 }
 
-/// The loose reading checks only the types of the known keys.
+/// The loose reading checks only the types of the known keys: the derived schema without its
+/// refusals of unknown keys, and with the contents of `shell.env` and `web.search` left to the
+/// reading.
 fn loose_tools_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "requireRead": { "type": "boolean" } } } ] },
-            "shell": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "env": { "type": "object" } } } ] },
-            "memory": { "type": "boolean" },
-            "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "properties": { "search": { "type": "object" } } } ] }
+    let mut schema = cofold_tools::standard::tools_schema();
+    allow_unknown_keys(&mut schema);
+    for (key, inner) in [("shell", "env"), ("web", "search")] {
+        if let Some(branches) = schema["properties"][key]["anyOf"].as_array_mut() {
+            for branch in branches {
+                if let Some(props) = branch.get_mut("properties").and_then(Value::as_object_mut)
+                    && props.contains_key(inner)
+                {
+                    props.insert(inner.to_owned(), json!({ "type": "object" }));
+                }
+            }
         }
-    })
+    }
+    schema
+}
+
+/// A record's `tools`: the strict schema without the keyed search providers, whose keys a record
+/// cannot hold.
+fn record_tools_schema() -> Value {
+    let mut schema = cofold_tools::standard::tools_schema();
+    if let Some(branches) = schema["properties"]["web"]["anyOf"].as_array_mut() {
+        for branch in branches {
+            if let Some(providers) = branch
+                .pointer_mut("/properties/search/properties")
+                .and_then(Value::as_object_mut)
+            {
+                providers.remove("brave");
+                providers.remove("tavily");
+            }
+        }
+    }
+    schema
+}
+
+/// Removes every `additionalProperties: false` and `required`.
+fn allow_unknown_keys(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("additionalProperties") == Some(&Value::Bool(false)) {
+                map.remove("additionalProperties");
+            }
+            map.remove("required");
+            map.values_mut().for_each(allow_unknown_keys);
+        }
+        Value::Array(items) => items.iter_mut().for_each(allow_unknown_keys),
+        _ => {}
+    }
 }
 
 /// The record schema: the options without `model`, `strictTools` and the keyed search providers,
@@ -430,21 +478,7 @@ pub fn record_schema() -> Value {
     if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
         props.remove("model");
         props.remove("strictTools");
-        props.insert(
-            "tools".to_owned(),
-            json!({
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {
-                    "files": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": { "requireRead": { "type": "boolean" } } } ] },
-                    "shell": cofold_tools::standard::tools_schema()["properties"]["shell"].clone(),
-                    "memory": { "type": "boolean" },
-                    "web": { "anyOf": [ { "type": "boolean" }, { "type": "object", "additionalProperties": false, "properties": {
-                        "search": { "type": "object", "additionalProperties": false, "properties": { "duckduckgo": { "type": "boolean" } } }
-                    } } ] }
-                }
-            }),
-        );
+        props.insert("tools".to_owned(), record_tools_schema());
     }
     if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
         // Checked whole by the engine (`check_record`), which names the wrong key.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ahp_types::common::JsonObject;
 use ahpd_sdk::Agent;
 use ahpd_sdk::plugin::{
-    AgentRecord, Engine, Plugin, PluginError, Readiness, Registrar, SecretReader,
+    AgentRecord, Engine, Plugin, PluginError, Readiness, RecordError, Registrar, SecretReader,
 };
 use serde_json::{Value, json};
 
@@ -103,16 +103,21 @@ impl Engine for CofoldEngine {
         JsonObject::new()
     }
 
-    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), String> {
+    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), RecordError> {
+        let refuse = |key: &str, reason: &str| RecordError::Config {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        };
         if config.contains_key("model") {
-            return Err("config.model: a record names its model in its own model field".to_owned());
+            return Err(refuse(
+                "model",
+                "a record names its model in its own model field",
+            ));
         }
         if owner != "host" {
             for key in self.host_only_fields() {
                 if config.contains_key(&key) {
-                    return Err(format!(
-                        "config.{key}: only the host's own records may set it"
-                    ));
+                    return Err(refuse(&key, "only the host's own records may set it"));
                 }
             }
         }
@@ -123,9 +128,7 @@ impl Engine for CofoldEngine {
         let props = schema.get("properties").and_then(Value::as_object);
         for key in config.keys() {
             if !props.is_some_and(|p| p.contains_key(key)) {
-                return Err(format!(
-                    "config.{key}: is not an option of the cofold engine"
-                ));
+                return Err(refuse(key, "is not an option of the cofold engine"));
             }
         }
         Ok(())
@@ -136,7 +139,7 @@ impl Engine for CofoldEngine {
         record: &AgentRecord,
         plugin_options: &Value,
         secrets: Arc<dyn SecretReader>,
-    ) -> Result<Arc<dyn Agent>, String> {
+    ) -> Result<Arc<dyn Agent>, RecordError> {
         // The record's keys each replace the plugin's whole.
         let base = if plugin_options.is_object() {
             plugin_options
@@ -178,7 +181,8 @@ impl Engine for CofoldEngine {
             &Value::Object(merged),
             embedder,
             self.shared.clone(),
-        )?;
+        )
+        .map_err(|e| RecordError::Build(e.to_string()))?;
         Ok(Arc::new(agent))
     }
 }

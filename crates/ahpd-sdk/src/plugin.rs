@@ -28,6 +28,39 @@ pub enum Readiness {
 #[error("{0}")]
 pub struct PluginError(pub String);
 
+/// Why a secret could not be read. The message names the secret and never holds its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct SecretError {
+    /// The secret asked for, e.g. `host:deepseek`.
+    pub name: String,
+    /// One sentence saying why, naming the secret.
+    pub reason: String,
+}
+
+/// Why an engine refused an agent record or could not build its agent. Each message is one line
+/// a client can show beside the record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// One `config` key does not fit the engine.
+    #[error("config.{key}: {reason}")]
+    Config {
+        /// The key under `config`, dotted when nested.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The `config` does not fit the engine's record schema; the message names the key.
+    #[error("{0}")]
+    Schema(String),
+    /// A secret the record refers to cannot be read.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The record was accepted but its agent could not be built (a store that does not open).
+    #[error("{0}")]
+    Build(String),
+}
+
 /// A plugin compiled into the daemon.
 #[async_trait]
 pub trait Plugin: Send + Sync {
@@ -79,8 +112,8 @@ pub trait Registrar: Send {
 
 /// Reads secrets from the daemon's vault, fresh on every call.
 pub trait SecretReader: Send + Sync {
-    /// The value of a secret, or one line saying why it cannot be read.
-    fn read(&self, name: &str) -> Result<Secret, String>;
+    /// The value of a secret, or why it cannot be read.
+    fn read(&self, name: &str) -> Result<Secret, SecretError>;
 }
 
 /// An agent record (`x-ahpd-agents`): which engine runs it and with what configuration.
@@ -119,14 +152,13 @@ pub trait Engine: Send + Sync {
     fn host_only_fields(&self) -> Vec<String>;
     /// The `config` a new record starts from.
     fn template(&self) -> JsonObject;
-    /// The engine's full check of a record's `config`; the error is one line naming
-    /// `config.<key>`.
-    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), String>;
+    /// The engine's full check of a record's `config`; the error names `config.<key>`.
+    fn check_record(&self, owner: &str, config: &JsonObject) -> Result<(), RecordError>;
     /// Build the agent for a record.
     fn agent(
         &self,
         record: &AgentRecord,
         plugin_options: &Value,
         secrets: Arc<dyn SecretReader>,
-    ) -> Result<Arc<dyn Agent>, String>;
+    ) -> Result<Arc<dyn Agent>, RecordError>;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ahpd_sdk::error::RpcError;
 use ahpd_sdk::machine::ComputerPort;
 use ahpd_sdk::nested::NestedAgent;
-use ahpd_sdk::plugin::SecretReader;
+use ahpd_sdk::plugin::{SecretError, SecretReader};
 use ahpd_sdk::ports::{ConnInfo, Extension};
 use ahpd_sdk::{Agent, HostHandle};
 use async_trait::async_trait;
@@ -30,11 +30,14 @@ pub const DELETE: &str = "x-ahpd/agents/delete";
 pub struct VaultReader(pub Vault);
 
 impl SecretReader for VaultReader {
-    fn read(&self, name: &str) -> Result<ahpd_sdk::Secret, String> {
+    fn read(&self, name: &str) -> Result<ahpd_sdk::Secret, SecretError> {
         self.0
             .read(name)
             .map(|s| ahpd_sdk::Secret::new(s.expose()))
-            .map_err(|e| e.to_string())
+            .map_err(|e| SecretError {
+                name: name.to_owned(),
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -274,7 +277,7 @@ fn build(store: &RecordStore, engines: &[EngineSlot], entry: &mut Entry) -> Opti
             None
         }
         Ok(Err(reason)) => {
-            entry.status = Status::Invalid(reason);
+            entry.status = Status::Invalid(reason.to_string());
             None
         }
         Err(_) => {

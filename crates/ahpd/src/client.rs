@@ -8,7 +8,7 @@ use ahp_ws::WebSocketTransport;
 use crate::token::encode;
 
 /// Connects to `address` (a `ws://` URL), presenting `token` when there is one, and initializes.
-pub async fn connect(address: &str, token: Option<&str>) -> Result<Client, String> {
+pub(crate) async fn connect(address: &str, token: Option<&str>) -> Result<Client, String> {
     let url = crate::token::url_with_token(address, token);
     let transport = WebSocketTransport::connect(&url).await.map_err(|e| {
         format!(

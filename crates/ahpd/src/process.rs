@@ -115,7 +115,7 @@ pub fn read_record(path: &Path) -> Option<DaemonRecord> {
 /// `status`, `stop` and `restart` find it. A detached daemon must write it (its parent waits for
 /// it); a foreground one leaves a record naming another live daemon alone and goes on without
 /// one. Returns whether this process wrote it.
-pub fn record_this_daemon(
+pub(crate) fn record_this_daemon(
     path: &Path,
     address: &str,
     detached: bool,

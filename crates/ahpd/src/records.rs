@@ -171,7 +171,7 @@ fn scope_of(owner: &str) -> String {
 }
 
 /// Checks the shape of a record object (no engine involved) and parses it.
-pub fn check_shape(value: &Map<String, Value>) -> Result<AgentRecord, String> {
+pub(crate) fn check_shape(value: &Map<String, Value>) -> Result<AgentRecord, String> {
     let text = |key: &str| value.get(key).and_then(Value::as_str);
     let id = text("id").ok_or("id: must be a string")?;
     check_id(id)?;
@@ -220,7 +220,9 @@ fn check_against_engine(record: &AgentRecord, slot: &EngineSlot) -> Result<(), S
             }
         }
     }
-    slot.engine.check_record(&record.owner, &record.config)
+    slot.engine
+        .check_record(&record.owner, &record.config)
+        .map_err(|e| e.to_string())
 }
 
 /// The records folder and the vault beside it.

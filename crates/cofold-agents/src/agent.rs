@@ -507,6 +507,7 @@ impl AgentBuilder {
         self
     }
 
+    // Longer than 80 lines: one check per setting, each with its own refusal, reads best whole.
     /// Checks the settings and builds the agent; refusals are `invalid_options`.
     pub fn build(self) -> Result<Agent, AgentError> {
         if !is_valid_name(&self.id) {

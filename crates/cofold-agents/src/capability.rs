@@ -26,6 +26,29 @@ pub struct CapabilityArgs {
     pub signal: AbortSignal,
 }
 
+/// Why a capability could not give its tools or instructions for a run; the run fails
+/// `capability_error` with this message after the capability's id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CapabilityError {
+    /// One sentence saying what went wrong.
+    pub message: String,
+}
+
+impl From<String> for CapabilityError {
+    fn from(message: String) -> CapabilityError {
+        CapabilityError { message }
+    }
+}
+
+impl From<&str> for CapabilityError {
+    fn from(message: &str) -> CapabilityError {
+        CapabilityError {
+            message: message.to_owned(),
+        }
+    }
+}
+
 /// A bundle of tools and instructions, built per run from the run's arguments.
 #[async_trait]
 pub trait Capability: Send + Sync {
@@ -33,13 +56,13 @@ pub trait Capability: Send + Sync {
     fn id(&self) -> &str;
 
     /// The tools for this run.
-    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         let _ = args;
         Ok(vec![])
     }
 
     /// The instructions section for this run, if any.
-    async fn instructions(&self, args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(&self, args: &CapabilityArgs) -> Result<Option<String>, CapabilityError> {
         let _ = args;
         Ok(None)
     }
@@ -87,7 +110,7 @@ pub async fn resolve_capabilities(
     let mut sections = Vec::new();
     for entry in entries {
         let id = entry.capability.id();
-        let failed = |error: String| {
+        let failed = |error: CapabilityError| {
             AgentError::new(
                 ErrorCode::CapabilityError,
                 format!("capability \"{id}\": {error}"),

@@ -13,10 +13,8 @@ use crate::message::{Message, Part};
 use crate::model::{FinishReason, Usage};
 use crate::question::Question;
 
-// One status type and one request kind for the whole crate: the store's records define them, and
-// the refusal record lives with the policy.
-pub use crate::policy::Denial;
-pub use crate::store::{RequestKind, RunStatus};
+// One status type, one request kind and one refusal record for the whole crate.
+pub use crate::status::{Denial, RequestKind, RunStatus};
 
 /// One event of a run: the envelope (sequence number, ids, time) and what happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

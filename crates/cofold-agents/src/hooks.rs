@@ -98,6 +98,36 @@ impl AfterTool {
     }
 }
 
+/// A hook's failure. The run fails `hook_error` with this message after the hook's name; an
+/// `on_event` failure is only reported through the agent's `warn`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct HookError {
+    /// One sentence saying what went wrong.
+    pub message: String,
+}
+
+impl HookError {
+    /// A failure with this message.
+    pub fn new(message: impl Into<String>) -> HookError {
+        HookError {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for HookError {
+    fn from(message: String) -> HookError {
+        HookError { message }
+    }
+}
+
+impl From<&str> for HookError {
+    fn from(message: &str) -> HookError {
+        HookError::new(message)
+    }
+}
+
 /// Callbacks around a run. An `Err` from an async method fails the run `hook_error` with the
 /// message prefixed by the hook's name (`beforeModel: `, `afterModel: `, `beforeTool: `,
 /// `afterTool: `).
@@ -108,13 +138,13 @@ pub trait Hooks: Send + Sync {
         &self,
         request: ModelRequest,
         run: &RunInfo,
-    ) -> Result<BeforeModel, String> {
+    ) -> Result<BeforeModel, HookError> {
         let _ = run;
         Ok(BeforeModel::Continue(request))
     }
 
     /// After each model reply.
-    async fn after_model(&self, reply: ModelReply, run: &RunInfo) -> Result<AfterModel, String> {
+    async fn after_model(&self, reply: ModelReply, run: &RunInfo) -> Result<AfterModel, HookError> {
         let _ = run;
         Ok(AfterModel::Continue(reply))
     }
@@ -125,7 +155,7 @@ pub trait Hooks: Send + Sync {
         call: &ToolCall,
         tool: &Tool,
         run: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         let _ = (call, tool, run);
         Ok(BeforeTool::Allow)
     }
@@ -138,14 +168,14 @@ pub trait Hooks: Send + Sync {
         output: String,
         is_error: bool,
         run: &RunInfo,
-    ) -> Result<AfterTool, String> {
+    ) -> Result<AfterTool, HookError> {
         let _ = (call, tool, is_error, run);
         Ok(AfterTool::keep(output))
     }
 
     /// After each event is persisted and published. Must not block; an `Err` is reported through
     /// the agent's `warn` and otherwise ignored.
-    fn on_event(&self, event: &Event) -> Result<(), String> {
+    fn on_event(&self, event: &Event) -> Result<(), HookError> {
         let _ = event;
         Ok(())
     }

@@ -7,7 +7,9 @@
 //! disk I/O of its own: models and stores are traits implemented elsewhere.
 
 // Contracts.
+pub mod abort;
 pub mod agent;
+pub mod ask;
 pub mod capability;
 pub mod error;
 pub mod hooks;
@@ -18,6 +20,7 @@ pub mod policy;
 pub mod provider;
 pub mod question;
 pub mod schema;
+pub mod status;
 pub mod thinking;
 pub mod tool;
 

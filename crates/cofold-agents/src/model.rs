@@ -1,9 +1,9 @@
 //! Model contracts: what a run asks of a model, what it gets back, and the adapter and provider
 //! traits that hosts implement. The run loop never calls a provider; hosts do.
 
+use crate::abort::AbortSignal;
 use crate::error::AgentError;
 use crate::message::Message;
-use crate::tool::AbortSignal;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};

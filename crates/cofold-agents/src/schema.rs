@@ -112,6 +112,8 @@ impl Schema {
         }
     }
 
+    // Longer than 80 lines: one arm per validation error kind, each a short sentence: the match is
+    // the table of messages.
     fn render(
         &self,
         path: &str,
@@ -327,142 +329,13 @@ fn normalize(schema: &Value, path: &str) -> Result<Value, AgentError> {
     let mut out = Map::new();
     let mut nullable = false;
     for (keyword, value) in object {
-        match keyword.as_str() {
-            "title" | "examples" | "$schema" => {}
-            "type" => {
-                let names: Vec<&Value> = match value {
-                    Value::String(_) => vec![value],
-                    Value::Array(list) if !list.is_empty() => list.iter().collect(),
-                    _ => {
-                        return Err(bad(
-                            path,
-                            "type must be a type name or a non-empty list of type names",
-                        ));
-                    }
-                };
-                for name in names {
-                    match name.as_str() {
-                        Some(name) if TYPE_NAMES.contains(&name) => {}
-                        Some(name) => return Err(bad(path, format!("unknown type \"{name}\""))),
-                        None => {
-                            return Err(bad(
-                                path,
-                                "type must be a type name or a non-empty list of type names",
-                            ));
-                        }
-                    }
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "description" => {
-                if !value.is_string() {
-                    return Err(bad(path, "description must be a string"));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "properties" => {
-                let Some(properties) = value.as_object() else {
-                    return Err(bad(path, "properties must be an object of schemas"));
-                };
-                let mut checked = Map::new();
-                for (name, sub) in properties {
-                    checked.insert(name.clone(), normalize(sub, &format!("{path}.{name}"))?);
-                }
-                out.insert(keyword.clone(), Value::Object(checked));
-            }
-            "required" => {
-                let ok = value
-                    .as_array()
-                    .is_some_and(|list| list.iter().all(Value::is_string));
-                if !ok {
-                    return Err(bad(path, "required must be a list of strings"));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "additionalProperties" => match value {
-                Value::Bool(_) => {
-                    out.insert(keyword.clone(), value.clone());
-                }
-                Value::Object(_) => {
-                    return Err(AgentError::invalid_options(format!(
-                        "{path} uses additionalProperties with a schema"
-                    )));
-                }
-                _ => return Err(bad(path, "additionalProperties must be a boolean")),
-            },
-            "items" => {
-                out.insert(keyword.clone(), normalize(value, &format!("{path}[]"))?);
-            }
-            "prefixItems" => {
-                let list = schema_list(path, keyword, value, true)?;
-                let checked = list
-                    .iter()
-                    .enumerate()
-                    .map(|(index, sub)| normalize(sub, &format!("{path}[{index}]")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                out.insert(keyword.clone(), Value::Array(checked));
-            }
-            "anyOf" | "oneOf" | "allOf" => {
-                let list = schema_list(path, keyword, value, true)?;
-                let checked = list
-                    .iter()
-                    .enumerate()
-                    .map(|(index, sub)| normalize(sub, &format!("{path}/{keyword}[{index}]")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                out.insert(keyword.clone(), Value::Array(checked));
-            }
-            "enum" => {
-                if !value.is_array() {
-                    return Err(bad(path, "enum must be a list"));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "const" | "default" => {
-                out.insert(keyword.clone(), value.clone());
-            }
-            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => {
-                if !value.is_number() {
-                    return Err(bad(path, format!("{keyword} must be a number")));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "multipleOf" => {
-                if !value.as_f64().is_some_and(|n| n > 0.0) {
-                    return Err(bad(path, "multipleOf must be a positive number"));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "minLength" | "maxLength" | "minItems" | "maxItems" => {
-                non_negative(path, keyword, value)?;
-                out.insert(keyword.clone(), value.clone());
-            }
-            "uniqueItems" => {
-                if !value.is_boolean() {
-                    return Err(bad(path, "uniqueItems must be a boolean"));
-                }
-                out.insert(keyword.clone(), value.clone());
-            }
-            "pattern" => {
-                let Some(pattern) = value.as_str() else {
-                    return Err(bad(path, "pattern must be a string"));
-                };
-                check_pattern(path, pattern)?;
-                out.insert(keyword.clone(), value.clone());
-            }
-            "format" => {
-                let Some(format) = value.as_str() else {
-                    return Err(bad(path, "format must be a string"));
-                };
-                // Only date-time is checked; other formats are accepted and ignored.
-                if format == "date-time" {
-                    out.insert(keyword.clone(), value.clone());
-                }
-            }
-            "nullable" => match value {
+        if keyword == "nullable" {
+            match value {
                 Value::Bool(flag) => nullable = *flag,
                 _ => return Err(bad(path, "nullable must be a boolean")),
-            },
-            other => return Err(AgentError::invalid_options(format!("{path} uses {other}"))),
+            }
+        } else if let Some(kept) = keyword_value(path, keyword, value)? {
+            out.insert(keyword.clone(), kept);
         }
     }
     if nullable && let Some(declared) = out.get_mut("type") {
@@ -477,6 +350,137 @@ fn normalize(schema: &Value, path: &str) -> Result<Value, AgentError> {
         }
     }
     Ok(Value::Object(out))
+}
+
+/// One keyword's value as the normalized schema keeps it (subschemas normalized), or `None` for
+/// a keyword that is dropped.
+fn keyword_value(path: &str, keyword: &str, value: &Value) -> Result<Option<Value>, AgentError> {
+    let kept = match keyword {
+        "title" | "examples" | "$schema" => return Ok(None),
+        "type" => {
+            check_type_names(path, value)?;
+            value.clone()
+        }
+        "properties" => {
+            let Some(properties) = value.as_object() else {
+                return Err(bad(path, "properties must be an object of schemas"));
+            };
+            let mut checked = Map::new();
+            for (name, sub) in properties {
+                checked.insert(name.clone(), normalize(sub, &format!("{path}.{name}"))?);
+            }
+            Value::Object(checked)
+        }
+        "additionalProperties" => match value {
+            Value::Bool(_) => value.clone(),
+            Value::Object(_) => {
+                return Err(AgentError::invalid_options(format!(
+                    "{path} uses additionalProperties with a schema"
+                )));
+            }
+            _ => return Err(bad(path, "additionalProperties must be a boolean")),
+        },
+        "items" => normalize(value, &format!("{path}[]"))?,
+        "prefixItems" => normalized_list(path, keyword, value, |i| format!("{path}[{i}]"))?,
+        "anyOf" | "oneOf" | "allOf" => {
+            normalized_list(path, keyword, value, |i| format!("{path}/{keyword}[{i}]"))?
+        }
+        "format" => {
+            let Some(format) = value.as_str() else {
+                return Err(bad(path, "format must be a string"));
+            };
+            // Only date-time is checked; other formats are accepted and ignored.
+            if format != "date-time" {
+                return Ok(None);
+            }
+            value.clone()
+        }
+        other if check_plain(path, other, value)? => value.clone(),
+        other => return Err(AgentError::invalid_options(format!("{path} uses {other}"))),
+    };
+    Ok(Some(kept))
+}
+
+/// `type`: a type name or a non-empty list of them.
+fn check_type_names(path: &str, value: &Value) -> Result<(), AgentError> {
+    let wrong = || {
+        bad(
+            path,
+            "type must be a type name or a non-empty list of type names",
+        )
+    };
+    let names: Vec<&Value> = match value {
+        Value::String(_) => vec![value],
+        Value::Array(list) if !list.is_empty() => list.iter().collect(),
+        _ => return Err(wrong()),
+    };
+    for name in names {
+        match name.as_str() {
+            Some(name) if TYPE_NAMES.contains(&name) => {}
+            Some(name) => return Err(bad(path, format!("unknown type \"{name}\""))),
+            None => return Err(wrong()),
+        }
+    }
+    Ok(())
+}
+
+/// A list of subschemas, each normalized at the path `at` gives its index.
+fn normalized_list(
+    path: &str,
+    keyword: &str,
+    value: &Value,
+    at: impl Fn(usize) -> String,
+) -> Result<Value, AgentError> {
+    let list = schema_list(path, keyword, value, true)?;
+    let checked = list
+        .iter()
+        .enumerate()
+        .map(|(index, sub)| normalize(sub, &at(index)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Value::Array(checked))
+}
+
+/// Checks the value of a keyword that is kept as written; false for a keyword this pass does
+/// not know.
+fn check_plain(path: &str, keyword: &str, value: &Value) -> Result<bool, AgentError> {
+    let require = |fine: bool, problem: String| {
+        if fine {
+            Ok(true)
+        } else {
+            Err(bad(path, problem))
+        }
+    };
+    match keyword {
+        "description" => require(value.is_string(), "description must be a string".into()),
+        "required" => require(
+            value
+                .as_array()
+                .is_some_and(|list| list.iter().all(Value::is_string)),
+            "required must be a list of strings".into(),
+        ),
+        "enum" => require(value.is_array(), "enum must be a list".into()),
+        "const" | "default" => Ok(true),
+        "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => {
+            require(value.is_number(), format!("{keyword} must be a number"))
+        }
+        "multipleOf" => require(
+            value.as_f64().is_some_and(|n| n > 0.0),
+            "multipleOf must be a positive number".into(),
+        ),
+        "minLength" | "maxLength" | "minItems" | "maxItems" => {
+            non_negative(path, keyword, value)?;
+            Ok(true)
+        }
+        "uniqueItems" => require(value.is_boolean(), "uniqueItems must be a boolean".into()),
+        "pattern" => {
+            let Some(pattern) = value.as_str() else {
+                return Err(bad(path, "pattern must be a string"));
+            };
+            check_pattern(path, pattern)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// Compiles a pattern with the `regex` crate, naming look-around and back-references from the

@@ -102,7 +102,7 @@ impl ModelAdapter for OpenAiAdapter {
         let url = self.endpoint.url("/chat/completions");
         let signal = &request.signal;
         // A body cut short or not a completion is tried again like a failed request.
-        let mut tries = Tries::new(&self.endpoint);
+        let mut tries = Tries::new(self.endpoint.retry);
         loop {
             let answer = match self.endpoint.attempt(&url, Some(&body), true, signal).await {
                 Ok((resp, clock)) => read_whole(resp, clock, &url, signal)

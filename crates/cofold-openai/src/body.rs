@@ -8,7 +8,7 @@ use cofold_agents::tool::AbortSignal;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::time::Instant;
 
-use crate::http::{abort_error, error_chain, shown};
+use crate::failure::{abort_error, error_chain, shown};
 
 /// Where an answer's body stands against the first-byte and idle limits.
 pub(crate) struct BodyClock {

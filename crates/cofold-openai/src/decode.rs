@@ -173,11 +173,11 @@ impl StreamDecoder {
                 format!(
                     "{} reported an error: {}",
                     self.url,
-                    crate::http::mask_keys(message)
+                    crate::failure::mask_keys(message)
                 ),
             )
             .with_retryable(true)
-            .with_detail(Value::String(crate::http::mask_keys(&chunk.to_string()))));
+            .with_detail(Value::String(crate::failure::mask_keys(&chunk.to_string()))));
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(u.clone());

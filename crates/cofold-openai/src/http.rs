@@ -3,16 +3,16 @@
 //! (keys masked).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cofold_agents::error::{AgentError, ErrorCode};
-use cofold_agents::tool::{AbortReason, AbortSignal};
+use cofold_agents::tool::AbortSignal;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::body::{BodyClock, read_whole};
 use crate::dialect::{Dialect, Learned};
+use crate::failure::{Failure, abort_error, error_chain, mask_keys, shown};
 use crate::retry::Tries;
 use crate::retry::{asked_wait, status_is_retryable};
 use crate::settings::{RetryPolicy, TimeLimits};
@@ -61,82 +61,12 @@ pub(crate) struct Endpoint {
     pub learned: Learned,
 }
 
-/// A failed attempt and the wait the server asked for before the next one.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub error: AgentError,
-    pub wait: Option<Duration>,
-}
-
-impl From<AgentError> for Failure {
-    fn from(error: AgentError) -> Self {
-        Failure { error, wait: None }
-    }
-}
-
-fn aborted() -> AgentError {
-    AgentError::new(ErrorCode::Aborted, "the model request was cancelled")
-}
-
-/// What a fired signal means: a run timeout reads as no answer in time, a cancel as aborted.
-pub(crate) fn abort_error(signal: &AbortSignal, url: &str) -> AgentError {
-    match signal.reason() {
-        Some(AbortReason::Timeout) => no_answer(url),
-        _ => aborted(),
-    }
-}
-
-pub(crate) fn no_answer(url: &str) -> AgentError {
-    AgentError::new(
-        ErrorCode::Network,
-        format!("cannot reach {url}: no answer in time"),
-    )
-    .with_retryable(true)
-}
-
-/// A duration as people write it: `10 s`, `1.5 s`, `250 ms`.
-pub(crate) fn shown(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{} ms", d.as_millis())
-    } else if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
-    }
-}
-
 /// Cuts `text` to at most `n` characters (never inside one).
 fn first_chars(text: &str, n: usize) -> &str {
     match text.char_indices().nth(n) {
         Some((at, _)) => &text[..at],
         None => text,
     }
-}
-
-/// Masks anything shaped like an API key (`sk-…`, `key-…` of 12 characters or more), whoever's
-/// it is: servers quote keys back in their refusals.
-pub(crate) fn mask_keys(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = ["sk-", "key-"].iter().filter_map(|p| rest.find(p)).min() {
-        let (before, from) = rest.split_at(at);
-        out.push_str(before);
-        let len = from
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-            .unwrap_or(from.len());
-        let starts_word = !before
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-        if len >= 12 && starts_word {
-            out.push_str("[redacted]");
-        } else {
-            out.push_str(&from[..len.max(1)]);
-        }
-        rest = &from[len.max(1)..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The provider's own sentence from an error body: `error.message`, `message`, `detail` or a
@@ -157,21 +87,6 @@ pub(crate) fn provider_message(text: &str) -> String {
             })
     });
     from_json.unwrap_or_else(|| text.trim().to_owned())
-}
-
-/// A reqwest error with its causes, which hold the useful part (`connection refused`).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 impl Endpoint {
@@ -213,7 +128,7 @@ impl Endpoint {
         body: Option<&Value>,
         signal: &AbortSignal,
     ) -> Result<(reqwest::Response, BodyClock), AgentError> {
-        let mut tries = Tries::new(self);
+        let mut tries = Tries::new(self.retry);
         loop {
             match self.attempt(url, body, false, signal).await {
                 Ok(sent) => return Ok(sent),
@@ -222,6 +137,8 @@ impl Endpoint {
         }
     }
 
+    // Longer than 80 lines: the request, its first-byte race and the mapping of each HTTP failure
+    // to a runtime error are one attempt; the failure table reads best whole.
     /// One attempt: the request sent and its answer's head read within the first-byte limit, or
     /// the whole-answer limit when `whole` (a chat request asked without streaming).
     pub async fn attempt(
@@ -321,6 +238,7 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn excerpts_never_split_a_character() {

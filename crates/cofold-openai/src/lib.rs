@@ -23,6 +23,7 @@ mod body;
 mod catalogue;
 mod decode;
 pub mod dialect;
+mod failure;
 mod http;
 pub mod net;
 mod provider;

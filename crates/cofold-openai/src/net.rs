@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use cofold_agents::error::AgentError;
 
-use crate::http::error_chain;
+use crate::failure::error_chain;
 use crate::settings::{Network, TimeLimits};
 
 /// A variable of `env`, upper-case name first, then lower-case; empty counts as unset.

@@ -18,7 +18,8 @@ use crate::adapter::OpenAiAdapter;
 use crate::body::read_whole;
 use crate::catalogue::{DEFAULT_FEATURES, parse_models};
 use crate::dialect::{Dialect, Learned};
-use crate::http::{ApiKey, Endpoint, no_answer};
+use crate::failure::no_answer;
+use crate::http::{ApiKey, Endpoint};
 use crate::settings::{Network, ProviderSettings, RetryPolicy, TimeLimits};
 
 /// How to reach an endpoint. Defaults: no key, no extra headers, no reasoning budgets, the name

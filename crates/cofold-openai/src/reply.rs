@@ -123,6 +123,8 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
+// Longer than 80 lines: one field of the answer after another, each with its own failure; the order
+// is the documented shape of a completion.
 /// Reads the body of a non-streaming answer from `url`, with the field its reasoning came in.
 /// A body that is not JSON, an error object, or a completion without `choices[0].message` is a
 /// retryable failure: the server broke, the request may still be good.
@@ -150,11 +152,11 @@ pub(crate) fn parse_completion(
             ErrorCode::Server,
             format!(
                 "{url} reported an error: {}",
-                crate::http::mask_keys(message)
+                crate::failure::mask_keys(message)
             ),
         )
         .with_retryable(true)
-        .with_detail(Value::String(crate::http::mask_keys(&json.to_string()))));
+        .with_detail(Value::String(crate::failure::mask_keys(&json.to_string()))));
     }
     let Some(message) = json.pointer("/choices/0/message").filter(|m| m.is_object()) else {
         return Err(AgentError::new(

@@ -7,7 +7,7 @@ use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::tool::AbortSignal;
 use reqwest::header::HeaderMap;
 
-use crate::http::{Endpoint, Failure, abort_error, shown};
+use crate::failure::{Failure, abort_error, shown};
 use crate::settings::RetryPolicy;
 
 /// The backoff before retry `k` (1-based) without jitter: 500 ms × 2^(k-1), at most 30 s.
@@ -108,11 +108,8 @@ pub(crate) struct Tries {
 }
 
 impl Tries {
-    pub fn new(endpoint: &Endpoint) -> Tries {
-        Tries {
-            attempt: 1,
-            policy: endpoint.retry,
-        }
+    pub fn new(policy: RetryPolicy) -> Tries {
+        Tries { attempt: 1, policy }
     }
 
     /// After a failed attempt: waits and returns `Ok` when another attempt may follow, else the

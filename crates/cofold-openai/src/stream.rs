@@ -21,7 +21,8 @@ use serde_json::Value;
 
 use crate::body::{BodyClock, next_piece, read_whole};
 use crate::decode::StreamDecoder;
-use crate::http::{Endpoint, Failure};
+use crate::failure::Failure;
+use crate::http::Endpoint;
 use crate::reply::parse_completion;
 use crate::retry::Tries;
 use crate::sse::{SseEvent, SseParser};
@@ -164,6 +165,8 @@ struct Run {
     last_failure: Option<String>,
 }
 
+// Longer than 80 lines: the retry loop and the decoding share the stream's state, held in one
+// `unfold` closure.
 /// A stream that first yields `bodies` as an error when it is one, else asks and decodes.
 pub(crate) fn start(
     endpoint: Arc<Endpoint>,
@@ -171,7 +174,7 @@ pub(crate) fn start(
     signal: AbortSignal,
 ) -> BoxStream<'static, Item> {
     let url = endpoint.url("/chat/completions");
-    let tries = Tries::new(&endpoint);
+    let tries = Tries::new(endpoint.retry);
     let (queue, phase, bodies) = match bodies {
         Ok(b) => (VecDeque::new(), Phase::Start, b),
         Err(e) => (

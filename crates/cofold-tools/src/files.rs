@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::tool::{
     Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolHandler, ToolOutput, handler_fn,
 };
@@ -110,7 +110,7 @@ impl Capability for FilesCapability {
         "files"
     }
 
-    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         let run = Arc::new(Run {
             workspace: workspace_of(args),
             session: args.session_id.clone(),
@@ -125,11 +125,11 @@ impl Capability for FilesCapability {
             search_files_def(&run),
         ];
         defs.into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 
-    async fn instructions(&self, args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(&self, args: &CapabilityArgs) -> Result<Option<String>, CapabilityError> {
         let workspace = workspace_of(args);
         Ok(Some(format!(
             "The workspace is {}; relative paths resolve against it. You may read files anywhere, \

@@ -29,6 +29,7 @@
 //!   [`shell::ShellEnv`] for the environment and the `shell` module for how a call's processes
 //!   are found and killed, and where that stops.
 
+pub mod config_schema;
 pub mod files;
 pub mod memory;
 pub mod paths;

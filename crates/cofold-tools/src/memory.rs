@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -233,14 +233,17 @@ impl Capability for MemoryCapability {
         "memory"
     }
 
-    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         [self.read_def(), self.write_def()]
             .into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 
-    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(
+        &self,
+        _args: &CapabilityArgs,
+    ) -> Result<Option<String>, CapabilityError> {
         let index = self.folder.index().await?;
         Ok(Some(format!(
             "You have a memory: files that persist across sessions, read with memory_read and \

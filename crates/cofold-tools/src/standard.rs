@@ -1,5 +1,10 @@
-//! The standard set: a program's `tools` configuration section (`ToolsConfig`, checked by
-//! `tools_schema()`) turned into capabilities, in the order files, shell, web, memory.
+//! The standard set: a program's `tools` configuration section (`ToolsConfig`, whose JSON Schema
+//! `tools_schema()` is derived from the same types) turned into capabilities, in the order
+//! files, shell, web, memory.
+//!
+//! The types are read by hand rather than by serde's derive so that a wrong value gets the
+//! documented sentence naming its key (`tools.files must be true, false or an object, not a
+//! string`); the schema is derived from them, and a test holds the two to the same values.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -7,8 +12,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cofold_agents::capability::Capability;
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::files::{FilesOptions, files};
 use crate::memory::{MemoryOptions, memory};
@@ -18,7 +24,8 @@ use crate::web::{ClientSource, Fetch, ReqwestFetch, WebOptions, web};
 
 /// The `tools` section of a program's configuration. An absent key is on; `{}` (the default) is
 /// files, shell and web.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ToolsConfig {
     /// `files`: `true`/`false`, or `{ "requireRead": bool }`.
     pub files: Option<FilesConfig>,
@@ -31,43 +38,69 @@ pub struct ToolsConfig {
 }
 
 /// The `files` key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(untagged, deny_unknown_fields)]
 pub enum FilesConfig {
     /// `true` or `false`.
     Enabled(bool),
     /// `{ "requireRead": bool }`; an absent `requireRead` keeps the default (on).
     Options {
         /// Whether write_file and edit_file refuse a file the session has not read.
+        #[schemars(rename = "requireRead")]
         require_read: Option<bool>,
     },
 }
 
 /// The `shell` key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(untagged, deny_unknown_fields)]
 pub enum ShellConfig {
     /// `true` or `false`.
     Enabled(bool),
     /// `{ "env": { … } }`: on, with the commands' environment configured.
     Options {
         /// Which of the daemon's variables commands see; absent keeps the default filter.
+        #[schemars(default)]
         env: ShellEnv,
     },
 }
 
 /// The `web` key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[schemars(untagged, deny_unknown_fields)]
 pub enum WebConfig {
     /// `true` or `false`.
     Enabled(bool),
     /// `{ "search": { … } }`.
     Options {
         /// The search providers, in the order the section writes them.
+        #[schemars(with = "Option<SearchShape>")]
         search: Option<SearchConfig>,
     },
 }
 
 /// The providers under `web.search`, in the order their keys were written.
 pub type SearchConfig = Vec<ProviderConfig>;
+
+/// How `web.search` is written: an object with a key per provider. Read into [`SearchConfig`],
+/// which keeps the order; this type only gives the schema.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[allow(dead_code)]
+struct SearchShape {
+    brave: Option<KeyShape>,
+    tavily: Option<KeyShape>,
+    duckduckgo: Option<bool>,
+}
+
+/// A keyed provider's entry: `{ "apiKey": "<non-empty>" }`.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[allow(dead_code)]
+struct KeyShape {
+    #[schemars(rename = "apiKey", length(min = 1))]
+    api_key: String,
+}
 
 /// One key under `web.search`.
 #[derive(Clone, PartialEq, Eq)]
@@ -103,18 +136,36 @@ impl fmt::Debug for ProviderConfig {
 #[error("{0}")]
 pub struct ToolsConfigError(String);
 
+/// How strictly a `tools` section is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Refuse unknown keys and keyless search providers: what [`tools_schema`] refuses.
+    Strict,
+    /// Skip unknown keys, search providers without a usable key and a non-boolean
+    /// `duckduckgo`, for a section shared with programs that know other keys; values of known
+    /// keys must still have their type.
+    Loose,
+}
+
 impl ToolsConfig {
     /// Reads the section from a JSON value, keeping the written order of `web.search` (with
     /// serde_json's `preserve_order`). Refuses what [`tools_schema`] refuses.
     pub fn from_value(value: &Value) -> Result<Self, ToolsConfigError> {
+        Self::read(value, Reading::Strict)
+    }
+
+    /// Reads the section the given way.
+    pub fn read(value: &Value, reading: Reading) -> Result<Self, ToolsConfigError> {
+        let loose = reading == Reading::Loose;
         let map = object(value, "the tools section")?;
         let mut config = ToolsConfig::default();
         for (key, value) in map {
             match key.as_str() {
-                "files" => config.files = Some(files_config(value)?),
-                "shell" => config.shell = Some(shell_config(value)?),
-                "web" => config.web = Some(web_config(value)?),
+                "files" => config.files = Some(files_config(value, loose)?),
+                "shell" => config.shell = Some(shell_config(value, loose)?),
+                "web" => config.web = Some(web_config(value, loose)?),
                 "memory" => config.memory = Some(boolean(value, "tools.memory")?),
+                _ if loose => {}
                 other => {
                     return Err(unknown(
                         other,
@@ -164,7 +215,7 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn files_config(value: &Value) -> Result<FilesConfig, ToolsConfigError> {
+fn files_config(value: &Value, loose: bool) -> Result<FilesConfig, ToolsConfigError> {
     if let Some(on) = value.as_bool() {
         return Ok(FilesConfig::Enabled(on));
     }
@@ -178,13 +229,14 @@ fn files_config(value: &Value) -> Result<FilesConfig, ToolsConfigError> {
     for (key, value) in map {
         match key.as_str() {
             "requireRead" => require_read = Some(boolean(value, "tools.files.requireRead")?),
+            _ if loose => {}
             other => return Err(unknown(other, "tools.files", "requireRead")),
         }
     }
     Ok(FilesConfig::Options { require_read })
 }
 
-fn shell_config(value: &Value) -> Result<ShellConfig, ToolsConfigError> {
+fn shell_config(value: &Value, loose: bool) -> Result<ShellConfig, ToolsConfigError> {
     if let Some(on) = value.as_bool() {
         return Ok(ShellConfig::Enabled(on));
     }
@@ -198,6 +250,7 @@ fn shell_config(value: &Value) -> Result<ShellConfig, ToolsConfigError> {
     for (key, value) in map {
         match key.as_str() {
             "env" => env = shell_env(value)?,
+            _ if loose => {}
             other => return Err(unknown(other, "tools.shell", "env")),
         }
     }
@@ -258,7 +311,7 @@ fn names(value: &Value, key: &str) -> Result<Vec<String>, ToolsConfigError> {
         .collect()
 }
 
-fn web_config(value: &Value) -> Result<WebConfig, ToolsConfigError> {
+fn web_config(value: &Value, loose: bool) -> Result<WebConfig, ToolsConfigError> {
     if let Some(on) = value.as_bool() {
         return Ok(WebConfig::Enabled(on));
     }
@@ -271,7 +324,9 @@ fn web_config(value: &Value) -> Result<WebConfig, ToolsConfigError> {
     let mut search = None;
     for (key, value) in map {
         match key.as_str() {
+            "search" if loose => search = loose_search(value)?,
             "search" => search = Some(search_config(value)?),
+            _ if loose => {}
             other => return Err(unknown(other, "tools.web", "search")),
         }
     }
@@ -302,6 +357,46 @@ fn search_config(value: &Value) -> Result<SearchConfig, ToolsConfigError> {
         });
     }
     Ok(providers)
+}
+
+/// `web.search` read loosely: the providers that can search, or none (the default search) when
+/// no provider is usable.
+fn loose_search(value: &Value) -> Result<Option<SearchConfig>, ToolsConfigError> {
+    let map = object(value, "tools.web.search")?;
+    let mut providers = Vec::new();
+    for (key, value) in map {
+        let usable_key = || match value.get("apiKey") {
+            Some(Value::String(text)) => !text.trim().is_empty(),
+            // A key of another type is kept so that reading it names the mistake.
+            Some(Value::Object(_)) => true,
+            _ => false,
+        };
+        let entry = |value: &Value| -> Value {
+            let mut only_key = Map::new();
+            if let Some(key) = value.get("apiKey") {
+                only_key.insert("apiKey".to_owned(), key.clone());
+            }
+            Value::Object(only_key)
+        };
+        match key.as_str() {
+            "brave" if usable_key() => providers.push(ProviderConfig::Brave {
+                api_key: api_key(&entry(value), "brave")?,
+            }),
+            "tavily" if usable_key() => providers.push(ProviderConfig::Tavily {
+                api_key: api_key(&entry(value), "tavily")?,
+            }),
+            "duckduckgo" => {
+                if let Some(on) = value.as_bool() {
+                    providers.push(ProviderConfig::DuckDuckGo(on));
+                }
+            }
+            _ => {}
+        }
+    }
+    let searches = providers
+        .iter()
+        .any(|p| !matches!(p, ProviderConfig::DuckDuckGo(false)));
+    Ok(searches.then_some(providers))
 }
 
 /// The provider's `apiKey`. The key's value never appears in a message.
@@ -424,50 +519,11 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
     out
 }
 
-/// The JSON Schema of the `tools` section. `files` and `web` are `anyOf`, so a bad nested value
-/// is one issue at `$.files` or `$.web`.
+/// The JSON Schema of the `tools` section, derived from [`ToolsConfig`]. `files`, `shell` and
+/// `web` are `anyOf` a boolean and an object, so a bad nested value is one issue at `$.files`,
+/// `$.shell` or `$.web`.
 pub fn tools_schema() -> Value {
-    let key = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["apiKey"],
-        "properties": {"apiKey": {"type": "string", "minLength": 1}},
-    });
-    let names = json!({"type": "array", "items": {"type": "string", "minLength": 1}});
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
-            "files": {"anyOf": [
-                {"type": "boolean"},
-                {"type": "object", "additionalProperties": false,
-                 "properties": {"requireRead": {"type": "boolean"}}},
-            ]},
-            "shell": {"anyOf": [
-                {"type": "boolean"},
-                {"type": "object", "additionalProperties": false, "properties": {"env": {
-                    "type": "object", "additionalProperties": false, "properties": {
-                        "inherit": names.clone(),
-                        "exclude": names,
-                        // String values and sane names are checked by `ToolsConfig`: the schema
-                        // dialect has no schema-valued additionalProperties.
-                        "set": {"type": "object"},
-                    },
-                }}},
-            ]},
-            "web": {"anyOf": [
-                {"type": "boolean"},
-                {"type": "object", "additionalProperties": false, "properties": {"search": {
-                    "type": "object", "additionalProperties": false, "properties": {
-                        "brave": key.clone(),
-                        "tavily": key,
-                        "duckduckgo": {"type": "boolean"},
-                    },
-                }}},
-            ]},
-            "memory": {"type": "boolean"},
-        },
-    })
+    crate::config_schema::schema_for::<ToolsConfig>()
 }
 
 /// [`tools_schema`], built once.

@@ -36,11 +36,13 @@ type States = u128;
 const MAX_SEGMENTS: usize = 127;
 
 /// Why a glob was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GlobError {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
     /// The glob compiler's one-line reason.
+    #[error("{0}")]
     Invalid(String),
     /// The glob could reach outside the folder it applies to; the text says how.
+    #[error("{0}")]
     Outside(&'static str),
 }
 
@@ -411,11 +413,8 @@ impl<V: Visit> Drop for Visitor<'_, V> {
 /// Every entry under `base` that `pattern` matches, found by list_files' walk: not capped and not
 /// sorted, with `true` for real folders. Benchmarks use it to compare the full set with ripgrep's.
 #[doc(hidden)]
-pub fn matching_entries(base: &Path, pattern: &str) -> Result<Vec<(PathBuf, bool)>, String> {
-    let glob = Glob::new(base, pattern).map_err(|error| match error {
-        GlobError::Invalid(reason) => reason,
-        GlobError::Outside(how) => how.to_owned(),
-    })?;
+pub fn matching_entries(base: &Path, pattern: &str) -> Result<Vec<(PathBuf, bool)>, GlobError> {
+    let glob = Glob::new(base, pattern)?;
     let found = walk(
         &glob,
         &CancellationToken::new(),

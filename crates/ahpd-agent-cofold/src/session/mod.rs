@@ -401,17 +401,20 @@ impl Core {
                 workspace: self.workspace.clone(),
             }) as Arc<dyn cofold_agents::hooks::Hooks>
         });
-        let built = self.agent.turn_agent(
-            &values,
-            &self.copapo,
-            &self.workspace,
-            credential,
-            TurnExtras {
-                taken_names: taken,
-                hooks,
-                tools: extra,
-            },
-        )?;
+        let built = self
+            .agent
+            .turn_agent(
+                &values,
+                &self.copapo,
+                &self.workspace,
+                credential,
+                TurnExtras {
+                    taken_names: taken,
+                    hooks,
+                    tools: extra,
+                },
+            )
+            .map_err(|e| e.to_string())?;
         let input =
             crate::attachments::input_of(&turn.message, built.images, &self.attachments_dir())
                 .map_err(|e| format!("{}: {e}", self.agent.id))?;

@@ -38,10 +38,13 @@ impl ahpd_sdk::plugin::Registrar for Engines {
 struct Changing(std::sync::Mutex<String>);
 
 impl ahpd_sdk::plugin::SecretReader for Changing {
-    fn read(&self, name: &str) -> Result<ahpd_sdk::agent::Secret, String> {
+    fn read(&self, name: &str) -> Result<ahpd_sdk::agent::Secret, ahpd_sdk::plugin::SecretError> {
         match name {
             "host:key" => Ok(ahpd_sdk::agent::Secret::new(self.0.lock().unwrap().clone())),
-            other => Err(format!("the vault holds no {other}")),
+            other => Err(ahpd_sdk::plugin::SecretError {
+                name: other.to_owned(),
+                reason: format!("the vault holds no {other}"),
+            }),
         }
     }
 }

@@ -287,10 +287,13 @@ impl Registrar for Engines {
 struct Vault;
 
 impl SecretReader for Vault {
-    fn read(&self, name: &str) -> Result<Secret, String> {
+    fn read(&self, name: &str) -> Result<Secret, ahpd_sdk::plugin::SecretError> {
         match name {
             "host:deepseek" => Ok(Secret::new("sk-vault")),
-            other => Err(format!("the vault holds no {other}")),
+            other => Err(ahpd_sdk::plugin::SecretError {
+                name: other.to_owned(),
+                reason: format!("the vault holds no {other}"),
+            }),
         }
     }
 }
@@ -338,7 +341,7 @@ async fn case_014_016_the_engine_serves_records() {
     let host_only: JsonObject = serde_json::from_value(json!({ "store": "/x" })).unwrap();
     assert!(
         e.check_record("team:a", &host_only)
-            .is_err_and(|m| m.contains("config.store"))
+            .is_err_and(|m| m.to_string().contains("config.store"))
     );
     assert!(e.check_record("host", &host_only).is_ok());
 }
@@ -405,7 +408,7 @@ async fn case_013_015_017_a_record_runs_on_its_own_endpoint_and_key() {
         .agent(&missing, &plugin_options, Arc::new(Vault))
         .err()
         .unwrap();
-    assert_eq!(err, "the vault holds no host:missing");
+    assert_eq!(err.to_string(), "the vault holds no host:missing");
 }
 
 fn plugin_with(place: &Place) -> impl Plugin {

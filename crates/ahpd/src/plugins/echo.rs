@@ -18,7 +18,7 @@ use ahp_types::actions::{
 use ahp_types::common::JsonObject;
 use ahp_types::state::{MarkdownResponsePart, ResponsePart, Turn, TurnState};
 use ahpd_sdk::plugin::{
-    AgentRecord, Engine, Plugin, PluginError, Readiness, Registrar, SecretReader,
+    AgentRecord, Engine, Plugin, PluginError, Readiness, RecordError, Registrar, SecretReader,
 };
 use ahpd_sdk::{
     Agent, AgentDescriptor, AgentError, PastSession, Session, SessionStart, TurnRequest,
@@ -142,7 +142,7 @@ impl Engine for EchoEngine {
         JsonObject::new()
     }
 
-    fn check_record(&self, _owner: &str, config: &JsonObject) -> Result<(), String> {
+    fn check_record(&self, _owner: &str, config: &JsonObject) -> Result<(), RecordError> {
         // A `$secret` reference stands for a string, so it passes where a string may go.
         let mut shown = Value::Object(config.clone());
         if let Value::Object(map) = &mut shown {
@@ -152,7 +152,7 @@ impl Engine for EchoEngine {
                 }
             }
         }
-        super::options::validate(&record_schema(), &shown, "config")
+        super::options::validate(&record_schema(), &shown, "config").map_err(RecordError::Schema)
     }
 
     fn agent(
@@ -160,7 +160,7 @@ impl Engine for EchoEngine {
         record: &AgentRecord,
         _plugin_options: &Value,
         _secrets: Arc<dyn SecretReader>,
-    ) -> Result<Arc<dyn Agent>, String> {
+    ) -> Result<Arc<dyn Agent>, RecordError> {
         let delay = record
             .config
             .get("delayMs")

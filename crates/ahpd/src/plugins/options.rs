@@ -37,7 +37,11 @@ pub fn parse_value(raw: &str) -> Value {
 }
 
 /// Sets `value` at the dotted `key` inside `options`, creating objects on the way.
-pub fn set_dotted(options: &mut Map<String, Value>, key: &str, value: Value) -> Result<(), String> {
+pub(crate) fn set_dotted(
+    options: &mut Map<String, Value>,
+    key: &str,
+    value: Value,
+) -> Result<(), String> {
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(format!("{key:?} is not a dotted option key"));
@@ -138,7 +142,11 @@ pub enum SecretMode {
 
 /// Replaces every `{"$secret": "<name>"}` in `value`; the first that cannot be answered is the
 /// error (`the vault holds no <name>`).
-pub fn resolve_secrets(value: &mut Value, vault: &Vault, mode: SecretMode) -> Result<(), String> {
+pub(crate) fn resolve_secrets(
+    value: &mut Value,
+    vault: &Vault,
+    mode: SecretMode,
+) -> Result<(), String> {
     if let Some(name) = secret_ref(value) {
         let name = name.to_owned();
         vault::check_name(&name).map_err(|e| e.to_string())?;
@@ -257,7 +265,7 @@ fn type_name(kind: &TypeKind) -> String {
 }
 
 /// Checks `options` against `schema`; the error is one line `<prefix>.<dotted key>: <problem>`.
-pub fn validate(schema: &Value, options: &Value, prefix: &str) -> Result<(), String> {
+pub(crate) fn validate(schema: &Value, options: &Value, prefix: &str) -> Result<(), String> {
     let validator = jsonschema::options()
         .should_ignore_unknown_formats(true)
         .build(schema)

@@ -9,6 +9,8 @@ pub use glob::match_glob;
 pub use modes::{InsideFn, IsEditFn, ModeContext, PermissionMode, mode_description, policy_of};
 pub use rules::{Rule, RuleSet, rules};
 
+pub use crate::status::{Denial, DenialBy};
+
 use crate::hooks::RunInfo;
 use crate::tool::Tool;
 use async_trait::async_trait;
@@ -144,38 +146,4 @@ where
     F: Fn(&DecideArgs<'_>) -> Decision + Send + Sync + 'static,
 {
     Arc::new(FnPolicy(f))
-}
-
-/// Who refused a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DenialBy {
-    /// Unknown tool, arguments not JSON, schema failure, an invalid hook change.
-    Invalid,
-    /// A `before_tool` deny or stop.
-    Hook,
-    /// A `Deny` decision (rule or mode).
-    Policy,
-    /// A person's refusal, a declined question, the automatic deny of a cancel while waiting.
-    User,
-    /// Calls refused by `maxToolCalls`.
-    Limit,
-}
-
-/// One refused call, as the run's denials record keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Denial {
-    /// The call id.
-    pub call_id: String,
-    /// The tool name.
-    pub name: String,
-    /// The model's arguments as proposed (absent when not JSON), or the validated input of a
-    /// person's refusal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Value>,
-    /// Why.
-    pub reason: String,
-    /// Who refused.
-    pub by: DenialBy,
 }

@@ -1,5 +1,7 @@
 //! A batch of calls: the calls of one assistant message, strictly in order.
 
+use std::collections::HashSet;
+
 use super::pause::Parked;
 use super::tool_call::{CallResult, error_result};
 use super::{Exit, Flow, INTERRUPT_MARKER, INTERRUPT_TOOL_TEXT, Runner};
@@ -12,6 +14,50 @@ pub(crate) const TOOL_LIMIT_TEXT: &str = "Tool call limit reached";
 
 /// The result of every call after a hook stopped the run.
 pub(crate) const STOPPED_TEXT: &str = "Not executed: the run was stopped";
+
+/// The calls of the batch in progress: those with no result in the transcript yet, and those
+/// that reached their executor. A run that ends early answers the open ones from this.
+#[derive(Debug, Default)]
+pub(crate) struct OpenBatch {
+    open: Vec<ToolCall>,
+    ran: HashSet<String>,
+}
+
+impl OpenBatch {
+    /// A new batch of `calls`, none answered or run yet.
+    pub(crate) fn begin(&mut self, calls: &[ToolCall]) {
+        self.open = calls.to_vec();
+        self.ran.clear();
+    }
+
+    /// Notes that `call_id` reached its executor.
+    pub(crate) fn ran(&mut self, call_id: &str) {
+        self.ran.insert(call_id.to_owned());
+    }
+
+    /// Notes the calls `messages` answer.
+    pub(crate) fn answered(&mut self, messages: &[Message]) {
+        let answered: HashSet<&str> = messages
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .filter_map(|p| match p {
+                Part::ToolResult(result) => Some(result.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !answered.is_empty() {
+            self.open
+                .retain(|call| !answered.contains(call.call_id.as_str()));
+        }
+    }
+
+    /// The calls still without a result, each with whether it reached its executor.
+    pub(crate) fn unanswered(&self) -> impl Iterator<Item = (&ToolCall, bool)> {
+        self.open
+            .iter()
+            .map(|call| (call, self.ran.contains(&call.call_id)))
+    }
+}
 
 /// The `role: tool` message carrying one result.
 pub(crate) fn tool_message(result: ToolResult) -> Message {
@@ -30,8 +76,7 @@ impl Runner {
         calls: Vec<ToolCall>,
         mut parked: Option<Parked>,
     ) -> Flow<()> {
-        self.open_calls = calls.clone();
-        self.ran_calls.clear();
+        self.batch.begin(&calls);
         let max = self.agent.limits().max_tool_calls;
         let mut limit_hit = false;
         for (index, call) in calls.iter().enumerate() {

@@ -103,10 +103,7 @@ impl Runner {
 
     /// Closes the handle with `outcome` and stops every timer; nothing is written.
     pub(crate) fn settle(mut self, outcome: RunOutcome) {
-        self.stop_heartbeat();
-        for watcher in self.watchers.drain(..) {
-            watcher.abort();
-        }
+        self.timers.stop_all();
         self.hold = None;
         self.side.shared.close(outcome);
     }

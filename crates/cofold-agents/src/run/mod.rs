@@ -12,6 +12,7 @@ mod guard;
 mod handle;
 mod hold;
 mod model_step;
+mod offer;
 mod pause;
 mod resume;
 mod run_store;
@@ -19,24 +20,23 @@ mod settle;
 mod setup;
 mod steer;
 mod summary;
+mod timers;
 mod tool_call;
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
-use tokio::task::JoinHandle;
+use timers::Timers;
 
 use crate::agent::Agent;
 use crate::error::{AgentError, ErrorCode};
 use crate::event::{Denial, Event, EventBody, OutcomeKind, RunOutcome, StopReason};
 use crate::id::{Timestamp, new_id};
-use crate::message::{Input, Message, MessageSource, Part, Role, ToolCall};
+use crate::message::{Input, Message, MessageSource, Part, Role};
 use crate::model::Usage;
 use crate::store::{RunRef, Store};
-use crate::tool::{AbortReason, AbortSignal, KvScopes, Tool};
+use crate::tool::{AbortReason, AbortSignal, KvScopes};
 use crate::usage::{ZERO_USAGE, micros_to_usd};
 
 pub use handle::RunHandle;
@@ -250,32 +250,19 @@ pub(crate) struct Runner {
     pub(crate) side: TaskSide,
     pub(crate) kind: RunKind,
     pub(crate) tally: Tally,
-    pub(crate) tools: Vec<Tool>,
-    pub(crate) instructions: String,
+    /// The prompt and tools the model is offered.
+    pub(crate) offer: offer::Offer,
     pub(crate) workspace: Option<String>,
     pub(crate) input_message_id: String,
     /// The next event's seq.
     pub(crate) next_seq: u64,
-    pub(crate) heartbeat: Option<JoinHandle<()>>,
-    /// Timers and signal watchers dropped when the run settles.
-    pub(crate) watchers: Vec<JoinHandle<()>>,
+    /// The heartbeat and the abort watchers.
+    pub(crate) timers: Timers,
     pub(crate) hold: Option<Hold>,
     /// Whether this run holds the writer claim (so finishing releases it).
     pub(crate) claimed: bool,
-    /// The calls of the batch in progress that have no result in the transcript yet.
-    pub(crate) open_calls: Vec<ToolCall>,
-    /// The calls of that batch that reached their executor.
-    pub(crate) ran_calls: HashSet<String>,
-}
-
-impl Drop for Runner {
-    // A task that panicked drops its runner while unwinding; its timers must not outlive it.
-    fn drop(&mut self) {
-        self.stop_heartbeat();
-        for watcher in self.watchers.drain(..) {
-            watcher.abort();
-        }
-    }
+    /// The calls of the batch in progress.
+    pub(crate) batch: batch::OpenBatch,
 }
 
 impl Runner {
@@ -299,17 +286,14 @@ impl Runner {
                 step_index: 0,
                 tool_calls: 0,
             },
-            tools: Vec::new(),
-            instructions: String::new(),
+            offer: offer::Offer::default(),
             workspace: None,
             input_message_id: String::new(),
             next_seq: 1,
-            heartbeat: None,
-            watchers: Vec::new(),
+            timers: Timers::default(),
             hold: None,
             claimed: false,
-            open_calls: Vec::new(),
-            ran_calls: HashSet::new(),
+            batch: batch::OpenBatch::default(),
         }
     }
 
@@ -399,18 +383,7 @@ impl Runner {
         self.store
             .append_messages(self.session_id(), self.run_id(), messages)
             .await?;
-        let answered: HashSet<&str> = messages
-            .iter()
-            .flat_map(|m| m.parts.iter())
-            .filter_map(|p| match p {
-                Part::ToolResult(result) => Some(result.call_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        if !answered.is_empty() {
-            self.open_calls
-                .retain(|call| !answered.contains(call.call_id.as_str()));
-        }
+        self.batch.answered(messages);
         Ok(())
     }
 
@@ -428,26 +401,14 @@ impl Runner {
 
     /// Starts (or restarts) the heartbeat.
     pub(crate) fn start_heartbeat(&mut self) {
-        self.stop_heartbeat();
         // The agent's own store: the beat runs beside the task and must not touch its notes.
         let store = self.agent.store().clone();
         let (session, run) = (self.session_id().to_owned(), self.run_id().to_owned());
-        self.heartbeat = Some(tokio::spawn(async move {
-            let period = Duration::from_millis(HEARTBEAT_MS);
-            let mut next = tokio::time::Instant::now() + period;
-            loop {
-                tokio::time::sleep_until(next).await;
-                // A failed heartbeat is ignored: the next write will tell whether the claim is lost.
-                let _ = store.heartbeat(&session, &run).await;
-                next += period;
-            }
-        }));
+        self.timers.start_heartbeat(store, session, run);
     }
 
     pub(crate) fn stop_heartbeat(&mut self) {
-        if let Some(task) = self.heartbeat.take() {
-            task.abort();
-        }
+        self.timers.stop_heartbeat();
     }
 
     /// The outcome of the abort that fired.

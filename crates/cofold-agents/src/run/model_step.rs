@@ -93,9 +93,14 @@ impl Runner {
         let estimate = context.estimator();
         let view = pair_tool_results(&context_of(history));
         ModelRequest {
-            instructions: self.instructions.clone(),
-            messages: select_for_request(&view, &self.instructions, context.max_tokens, &*estimate),
-            tools: self.tools.iter().map(|t| t.model_definition()).collect(),
+            instructions: self.offer.instructions().to_owned(),
+            messages: select_for_request(
+                &view,
+                self.offer.instructions(),
+                context.max_tokens,
+                &*estimate,
+            ),
+            tools: self.offer.definitions(),
             params: self.agent.params().clone(),
             cache_key: Some(self.session_id().to_owned()),
             signal: self.signal(),
@@ -160,6 +165,8 @@ impl Runner {
         }
     }
 
+    // Longer than 80 lines: each of the steps it runs in order (record, hooks, model call, message)
+    // may close the step its own way before the next starts.
     /// Steps 8–13: the step record, the hooks, the model call, the assistant message.
     async fn model_step(&mut self, request: ModelRequest) -> Flow<ModelReply> {
         let invocation_id = self.open_model_step(&request).await?;
@@ -312,9 +319,9 @@ impl Runner {
 }
 
 /// A hook failure as the run's error: `<hook>: <message>`, code `hook_error`.
-pub(crate) fn hook_error(hook: &str, message: String) -> Exit {
+pub(crate) fn hook_error(hook: &str, failure: crate::hooks::HookError) -> Exit {
     Exit::Error(AgentError::new(
         ErrorCode::HookError,
-        format!("{hook}: {message}"),
+        format!("{hook}: {}", failure.message),
     ))
 }

@@ -57,6 +57,8 @@ enum Refused {
 }
 
 impl Runner {
+    // Longer than 80 lines: the request, the step, the record, the event and the released claim are
+    // written in an order a crash between any two must find consistent.
     /// Writes the pause and announces it.
     pub(crate) async fn pause(&mut self, call: &ToolCall, waiting: CallResult) -> Flow<Parked> {
         let request_id = new_id();

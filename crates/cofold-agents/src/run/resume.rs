@@ -33,6 +33,8 @@ impl Runner {
         }
     }
 
+    // Longer than 80 lines: the resume's checks run in a fixed order and each ends the resume its
+    // own way; split up, that order would be hidden.
     async fn reattach(&mut self, opts: ResumeOptions, signal: Option<AbortSignal>) -> Exit {
         // A resumed run is stopped like a fresh one: by its caller's signal, or by the time
         // limit, counted from the resume (the time nobody held the run cannot be counted).
@@ -142,6 +144,8 @@ impl Runner {
         }
     }
 
+    // Longer than 80 lines: the counters, the capabilities and the re-entered batch are rebuilt
+    // from one step list in the order a fresh run made them.
     /// Rebuilds the counters, resolves capabilities, and settles a dead run or re-enters a
     /// paused one's batch.
     async fn continue_from(&mut self, record: RunRecord) -> Result<(), Exit> {
@@ -219,7 +223,7 @@ impl Runner {
         let parked = Parked {
             request_id,
             kind: request.kind,
-            tool: self.tools.iter().find(|t| t.name() == first.name).cloned(),
+            tool: self.offer.tool(&first.name),
             input: payload.get("input").cloned().unwrap_or(Value::Null),
             call: first,
             questions,

@@ -52,14 +52,11 @@ impl Runner {
     /// Answers the calls of the batch in progress that have no result yet, so that a run ending
     /// on an error (a hook, a failed write, a lost tool) leaves a transcript a model can read.
     pub(crate) async fn answer_open_calls(&mut self) {
-        if self.open_calls.is_empty() {
-            return;
-        }
         let answers: Vec<Message> = self
-            .open_calls
-            .iter()
-            .map(|call| {
-                let text = if self.ran_calls.contains(&call.call_id) {
+            .batch
+            .unanswered()
+            .map(|(call, ran)| {
+                let text = if ran {
                     ENDED_DURING_TEXT
                 } else {
                     ENDED_BEFORE_TEXT
@@ -67,6 +64,9 @@ impl Runner {
                 tool_message(error_result(call, text))
             })
             .collect();
+        if answers.is_empty() {
+            return;
+        }
         if let Err(error) = self.append(&answers).await {
             self.agent.warn(&format!(
                 "the open calls of run {} stay unanswered in the store: {}",

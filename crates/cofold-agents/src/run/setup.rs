@@ -1,7 +1,6 @@
 //! Setting up a run and resolving capabilities.
 
-use std::time::Duration;
-
+use super::offer::Offer;
 use super::{CompactOptions, Exit, Flow, Hold, RunKind, RunOptions, Runner, failed_outcome};
 use crate::capability::{CapabilityArgs, resolve_capabilities};
 use crate::compaction::COMPACT_ASK;
@@ -10,7 +9,7 @@ use crate::event::{EventBody, RunStatus};
 use crate::id::{Timestamp, new_id};
 use crate::message::{Message, MessageSource, Part, Role};
 use crate::store::{NewSession, RunRecord};
-use crate::tool::{AbortReason, AbortSignal};
+use crate::tool::AbortSignal;
 use crate::usage::ZERO_USAGE;
 
 /// What a fresh run starts from.
@@ -30,30 +29,14 @@ impl Runner {
     }
 
     async fn set_up(&mut self, start: Start) -> Flow<()> {
-        let (signal, workspace, model, message_id, parts, source) = match start {
-            Start::Run(opts) => {
-                let parts = opts
-                    .input
-                    .into_parts()
-                    .map_err(|e| Exit::Settle(failed_outcome(e)))?;
-                (
-                    opts.signal,
-                    opts.workspace,
-                    opts.model,
-                    opts.message_id,
-                    parts,
-                    MessageSource::Input,
-                )
-            }
-            Start::Compact(opts) => (
-                opts.signal,
-                None,
-                None,
-                opts.message_id,
-                vec![Part::text(COMPACT_ASK)],
-                MessageSource::System,
-            ),
-        };
+        let Opening {
+            signal,
+            workspace,
+            model,
+            message_id,
+            parts,
+            source,
+        } = Opening::of(start)?;
         // 1. The abort: an external signal and the run's time limit.
         self.watch_aborts(signal);
 
@@ -65,19 +48,44 @@ impl Runner {
         self.workspace = session.workspace;
 
         // 3. A caller-chosen message id must be new to the session.
-        // A fresh id is new by construction; only a chosen one needs the transcript read.
-        let chosen = message_id.is_some();
-        let message_id = message_id.unwrap_or_else(new_id);
-        let history = if chosen {
-            self.store
-                .list_messages(self.session_id(), None)
-                .await
-                .map_err(|error| {
-                    Exit::Settle(failed_outcome(AgentError::internal(error.message)))
-                })?
-        } else {
-            Vec::new()
+        let message_id = self.input_id(message_id).await?;
+        self.input_message_id = message_id.clone();
+
+        // 4. The writer claim, then 5. the run record.
+        let claimed = self.claim().await?;
+        self.create_record(model, &message_id, claimed).await?;
+
+        // 6. Capabilities, before anything is written to the transcript.
+        self.resolve_capabilities().await?;
+
+        // 7. The input message and `run.started`.
+        let input = Message {
+            id: message_id,
+            role: Role::User,
+            parts,
+            source,
+            created_at: Timestamp::now(),
+            summarizes: None,
         };
+        self.append(std::slice::from_ref(&input)).await?;
+        self.emit(EventBody::RunStarted { input }).await?;
+
+        // 8. The heartbeat; the loop follows.
+        self.start_heartbeat();
+        Ok(())
+    }
+
+    /// The id of the input message: the caller's, when new to the session, else a fresh one.
+    async fn input_id(&self, chosen: Option<String>) -> Flow<String> {
+        // A fresh id is new by construction; only a chosen one needs the transcript read.
+        let Some(message_id) = chosen else {
+            return Ok(new_id());
+        };
+        let history = self
+            .store
+            .list_messages(self.session_id(), None)
+            .await
+            .map_err(|error| Exit::Settle(failed_outcome(AgentError::internal(error.message))))?;
         if history.iter().any(|m| m.id == message_id) {
             return Err(Exit::Settle(failed_outcome(AgentError::already_exists(
                 format!(
@@ -86,14 +94,17 @@ impl Runner {
                 ),
             ))));
         }
-        self.input_message_id = message_id.clone();
+        Ok(message_id)
+    }
 
-        // 4. The writer claim, before the run record: a `running` record then always has had a
-        // claim naming its process, so one left by a killed process is found dead and settled;
-        // a claim left without its record is taken by the next run. A claim left by a run whose
-        // process is gone is settled first, so a person never waits on a dead run (a store that
-        // judges holders would otherwise hand the claim straight over, leaving that run
-        // `running` with its calls unanswered); a live holder keeps its claim.
+    /// Takes the session's writer claim, before the run record: a `running` record then always
+    /// has had a claim naming its process, so one left by a killed process is found dead and
+    /// settled; a claim left without its record is taken by the next run. A claim left by a run
+    /// whose process is gone is settled first, so a person never waits on a dead run (a store
+    /// that judges holders would otherwise hand the claim straight over, leaving that run
+    /// `running` with its calls unanswered); a live holder keeps its claim. Whether the claim
+    /// was had is returned: a refused run still gets its record.
+    async fn claim(&self) -> Flow<bool> {
         let settle_on = |error: AgentError| Exit::Settle(failed_outcome(error));
         if self
             .store
@@ -104,21 +115,29 @@ impl Runner {
         {
             self.settle_holder().await;
         }
-        let mut claimed = self
+        let claimed = self
             .store
             .claim_writer(self.session_id(), self.run_id())
             .await
             .map_err(settle_on)?;
-        if !claimed {
-            self.settle_holder().await;
-            claimed = self
-                .store
-                .claim_writer(self.session_id(), self.run_id())
-                .await
-                .map_err(settle_on)?;
+        if claimed {
+            return Ok(true);
         }
+        self.settle_holder().await;
+        self.store
+            .claim_writer(self.session_id(), self.run_id())
+            .await
+            .map_err(settle_on)
+    }
 
-        // 5. The run record, also for a run refused the claim, so that it is found failed.
+    /// The run record, also for a run refused the claim, so that it is found failed; such a run
+    /// then ends `writer_busy`.
+    async fn create_record(
+        &mut self,
+        model: Option<String>,
+        message_id: &str,
+        claimed: bool,
+    ) -> Flow<()> {
         let now = Timestamp::now();
         let record = RunRecord {
             run_id: self.run_id().to_owned(),
@@ -133,7 +152,7 @@ impl Runner {
             cost: self.tally.cost.map(|_| 0.0),
             steps: 0,
             denials: Vec::new(),
-            input_message_id: Some(message_id.clone()),
+            input_message_id: Some(message_id.to_owned()),
             last_message_id: None,
         };
         if let Err(error) = self.store.create_run(record).await {
@@ -145,7 +164,7 @@ impl Runner {
                     .release_writer(self.session_id(), self.run_id())
                     .await;
             }
-            return Err(settle_on(error));
+            return Err(Exit::Settle(failed_outcome(error)));
         }
         self.hold = Hold::take(self.store_key(), self.session_id(), self.run_id());
         if !claimed {
@@ -158,25 +177,6 @@ impl Runner {
             )));
         }
         self.claimed = true;
-
-        // 6. Capabilities, before anything is written to the transcript.
-        self.resolve_capabilities().await?;
-
-        // 7. The input message and `run.started`.
-        let role = Role::User;
-        let input = Message {
-            id: message_id,
-            role,
-            parts,
-            source,
-            created_at: Timestamp::now(),
-            summarizes: None,
-        };
-        self.append(std::slice::from_ref(&input)).await?;
-        self.emit(EventBody::RunStarted { input }).await?;
-
-        // 8. The heartbeat; the loop follows.
-        self.start_heartbeat();
         Ok(())
     }
 
@@ -219,31 +219,8 @@ impl Runner {
     /// Connects the external signal and the time limit to the run's abort.
     pub(crate) fn watch_aborts(&mut self, external: Option<AbortSignal>) {
         let controller = self.side.shared.abort.clone();
-        if let Some(external) = external {
-            if external.is_aborted() {
-                // Already fired: abort now, before the loop's first check.
-                controller.abort(AbortReason::Cancel {
-                    reason: Some("signal".into()),
-                });
-            }
-            let controller = controller.clone();
-            let mine = controller.signal();
-            self.watchers.push(tokio::spawn(async move {
-                tokio::select! {
-                    _ = external.cancelled() => {
-                        controller.abort(AbortReason::Cancel { reason: Some("signal".into()) });
-                    }
-                    _ = mine.cancelled() => {}
-                }
-            }));
-        }
         let timeout = self.agent.limits().timeout_ms;
-        if timeout > 0 {
-            self.watchers.push(tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(timeout)).await;
-                controller.abort(AbortReason::Timeout);
-            }));
-        }
+        self.timers.watch_aborts(controller, external, timeout);
     }
 
     /// Resolves the agent's capabilities into this run's tools and instructions.
@@ -268,21 +245,57 @@ impl Runner {
         else {
             // Stopped meanwhile: the run goes on with the agent's own tools only, to its first
             // abort check, which writes the marker like any other stop.
-            self.instructions = self.agent.instructions().to_owned();
-            self.tools = match self.kind {
+            let tools = match self.kind {
                 RunKind::Compact => Vec::new(),
                 RunKind::Turn => self.agent.tools().to_vec(),
             };
+            self.offer = Offer::new(self.agent.instructions().to_owned(), tools);
             return Ok(());
         };
         let resolved = resolved?;
-        self.instructions = resolved.instructions;
         // A compact run offers no tools; it only needs the resolved instructions.
-        self.tools = if self.kind == RunKind::Compact {
+        let tools = if self.kind == RunKind::Compact {
             Vec::new()
         } else {
             resolved.tools
         };
+        self.offer = Offer::new(resolved.instructions, tools);
         Ok(())
+    }
+}
+
+/// What a run or a compaction starts from.
+struct Opening {
+    signal: Option<AbortSignal>,
+    workspace: Option<String>,
+    model: Option<String>,
+    message_id: Option<String>,
+    parts: Vec<Part>,
+    source: MessageSource,
+}
+
+impl Opening {
+    fn of(start: Start) -> Flow<Opening> {
+        Ok(match start {
+            Start::Run(opts) => Opening {
+                parts: opts
+                    .input
+                    .into_parts()
+                    .map_err(|e| Exit::Settle(failed_outcome(e)))?,
+                signal: opts.signal,
+                workspace: opts.workspace,
+                model: opts.model,
+                message_id: opts.message_id,
+                source: MessageSource::Input,
+            },
+            Start::Compact(opts) => Opening {
+                signal: opts.signal,
+                workspace: None,
+                model: None,
+                message_id: opts.message_id,
+                parts: vec![Part::text(COMPACT_ASK)],
+                source: MessageSource::System,
+            },
+        })
     }
 }

@@ -48,6 +48,8 @@ struct Chunk {
 }
 
 impl Runner {
+    // Longer than 80 lines: the chunks are summarized in a loop whose state (the previous summary,
+    // the step count) is shared by every turn of it.
     /// Summarizes what `history` has to cover and returns the newest summary message, or `None`
     /// for a turn when there is nothing to cover (the kept tail and the input are all there
     /// is). The first model step is the one the caller counted; later chunks count their own.
@@ -81,7 +83,7 @@ impl Runner {
             created_at: Timestamp::now(),
             summarizes: None,
         });
-        let instructions = summary_instructions(&self.instructions);
+        let instructions = summary_instructions(self.offer.instructions());
 
         // A new summary stands for the older ones too: the model reads the newest of them first,
         // and the new summary's `summarizes` carries everything they covered.
@@ -157,6 +159,8 @@ impl Runner {
         Ok(previous)
     }
 
+    // Longer than 80 lines: the step record, the model call raced against the abort, the stored
+    // summary and its event belong to one step and fail together.
     /// One summary model step over `chunk`; stores the summary and announces it.
     async fn summary_step(
         &mut self,

@@ -115,9 +115,11 @@ impl Runner {
         Ok(())
     }
 
+    // Longer than 80 lines: the decision is one ordered list of early returns (unknown tool, input,
+    // hooks, policy, approval), each refusing the call its own way.
     /// Decides and, when allowed, runs one call.
     pub(crate) async fn one_call(&mut self, call: &ToolCall) -> Flow<CallResult> {
-        let Some(tool) = self.tools.iter().find(|t| t.name() == call.name).cloned() else {
+        let Some(tool) = self.offer.tool(&call.name) else {
             return self
                 .refuse(
                     call,
@@ -237,6 +239,8 @@ impl Runner {
         Ok(value == Some(Value::Bool(true)))
     }
 
+    // Longer than 80 lines: the step record, the execution raced against the abort and its
+    // bookkeeping must stay in this order around one await.
     /// Runs the tool once: step record, `tool.started`, the execution raced against the abort,
     /// the output bound, `after_tool`, the step patch and `tool.completed`.
     pub(crate) async fn execute(
@@ -265,7 +269,7 @@ impl Runner {
         });
         self.store.append_step(&step).await?;
         self.tally.step_index += 1;
-        self.ran_calls.insert(call.call_id.clone());
+        self.batch.ran(&call.call_id);
         self.emit(EventBody::ToolStarted {
             call_id: call.call_id.clone(),
             name: call.name.clone(),
@@ -327,6 +331,8 @@ impl Runner {
             .await
     }
 
+    // Longer than 80 lines: bounding, `after_tool`, the step patch and `tool.completed` follow in a
+    // fixed order, and a hook's answer changes each later one.
     /// Bounds the output, runs `after_tool`, patches the step and emits `tool.completed`.
     async fn finish_execution(
         &mut self,

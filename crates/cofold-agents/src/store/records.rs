@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use crate::id::Timestamp;
 use crate::model::Usage;
-use crate::policy::Denial;
+use crate::status::Denial;
+pub use crate::status::{RequestKind, RunStatus};
 
 /// Names one run inside one session. Every run-level store call carries both ids, so a run id
 /// reused by a fork in another session never reaches the wrong record.
@@ -74,43 +75,6 @@ pub struct SessionQuery {
     pub agent_id: Option<String>,
     /// At most this many sessions (the newest).
     pub limit: Option<usize>,
-}
-
-/// Where a run stands, on its record and on its handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// The loop is working (or the process died while it was).
-    Running,
-    /// Finished with a final message.
-    Completed,
-    /// Paused on a pending request.
-    Awaiting,
-    /// Stopped by a limit, a hook or the policy.
-    Stopped,
-    /// Cancelled by the caller.
-    Cancelled,
-    /// Ended by an error.
-    Failed,
-}
-
-impl RunStatus {
-    /// True for a run that will not move again by itself: neither `running` nor `awaiting`.
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Running | RunStatus::Awaiting)
-    }
-
-    /// The status as written on disk and on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Awaiting => "awaiting",
-            RunStatus::Stopped => "stopped",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Failed => "failed",
-        }
-    }
 }
 
 /// One run of a session: its status and its tally. Events, steps and requests live beside it.
@@ -425,16 +389,6 @@ pub struct StepPatch {
     pub detail: Option<Value>,
     /// When the step ended.
     pub ended_at: Option<Timestamp>,
-}
-
-/// What a pending request waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestKind {
-    /// A person approves or denies a tool call.
-    Approval,
-    /// A person answers questions.
-    Input,
 }
 
 /// A request a paused run waits on.

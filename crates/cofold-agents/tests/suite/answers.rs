@@ -7,12 +7,12 @@ use serde_json::{Value, json};
 
 use super::pause_support::*;
 use super::run_support::*;
+use cofold_agents::ask::ask_user_tool;
 use cofold_agents::error::ErrorCode;
 use cofold_agents::event::{
     ApprovalDecision, Command, EventBody, OutcomeKind, RequestKind, RunStatus,
 };
 use cofold_agents::policy::DenialBy;
-use cofold_agents::question::ask_user_tool;
 use cofold_agents::run::{RunHandle, RunOptions, TURN_STOPPED, run};
 use cofold_agents::store::{KvScope, MemoryStore, RunRef, StepRecord, StepStatus, Store};
 use cofold_agents::testing::{FakeCall, FakeModel, FakeStep};

@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use cofold_agents::capability::{
-    Capability, CapabilityArgs, CapabilityEntry, resolve_capabilities, system_prompt,
+    Capability, CapabilityArgs, CapabilityEntry, CapabilityError, resolve_capabilities,
+    system_prompt,
 };
 use cofold_agents::error::ErrorCode;
 use cofold_agents::store::MemoryStore;
@@ -65,20 +66,23 @@ impl Capability for Fixed {
         self.id
     }
 
-    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         self.seen
             .lock()
             .expect("lock")
             .push((args.session_id.clone(), args.run_id.clone()));
         match self.fail_tools {
-            Some(error) => Err(error.to_owned()),
+            Some(error) => Err(error.into()),
             None => Ok(self.tools.iter().map(|name| tool(name)).collect()),
         }
     }
 
-    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(
+        &self,
+        _args: &CapabilityArgs,
+    ) -> Result<Option<String>, CapabilityError> {
         match self.fail_instructions {
-            Some(error) => Err(error.to_owned()),
+            Some(error) => Err(error.into()),
             None => Ok(self.instructions.map(str::to_owned)),
         }
     }

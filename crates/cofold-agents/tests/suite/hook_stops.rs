@@ -9,7 +9,7 @@ use serde_json::json;
 use super::run_support::*;
 use cofold_agents::agent::PartialLimits;
 use cofold_agents::event::{OutcomeKind, StopReason};
-use cofold_agents::hooks::{AfterTool, BeforeTool, Hooks, RunInfo};
+use cofold_agents::hooks::{AfterTool, BeforeTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::ToolCall;
 use cofold_agents::policy::{Decision, DenialBy, policy_fn};
 use cofold_agents::run::{RunOptions, run};
@@ -25,7 +25,7 @@ impl Hooks for Gatekeeper {
         call: &ToolCall,
         _t: &Tool,
         _r: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         Ok(match call.input.as_ref().and_then(|i| i["text"].as_str()) {
             Some("hook") => BeforeTool::Deny {
                 reason: "hooked".into(),
@@ -120,7 +120,7 @@ impl Hooks for Stopper {
         _c: &ToolCall,
         _t: &Tool,
         _r: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         *self.before_calls.lock().expect("calls") += 1;
         Ok(if self.after {
             BeforeTool::Allow
@@ -137,7 +137,7 @@ impl Hooks for Stopper {
         output: String,
         _e: bool,
         _r: &RunInfo,
-    ) -> Result<AfterTool, String> {
+    ) -> Result<AfterTool, HookError> {
         Ok(AfterTool {
             output,
             is_error: None,

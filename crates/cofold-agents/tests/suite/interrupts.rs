@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::run_support::*;
 use cofold_agents::event::{OutcomeKind, StopReason};
-use cofold_agents::hooks::{AfterTool, Hooks, RunInfo};
+use cofold_agents::hooks::{AfterTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::ToolCall;
 use cofold_agents::run::{INTERRUPT_MARKER, INTERRUPT_TOOL_TEXT, RunOptions, run};
 use cofold_agents::store::{RunRef, StepRecord, StepStatus, Store};
@@ -99,7 +99,7 @@ impl Hooks for CancelAfter {
         output: String,
         _e: bool,
         _r: &RunInfo,
-    ) -> Result<AfterTool, String> {
+    ) -> Result<AfterTool, HookError> {
         if let Some(handle) = self.0.lock().expect("slot").clone() {
             handle.cancel(Some("from hook".into()));
         }

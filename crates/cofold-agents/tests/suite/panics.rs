@@ -14,7 +14,7 @@ use super::run_support::*;
 use cofold_agents::agent::PartialLimits;
 use cofold_agents::error::ErrorCode;
 use cofold_agents::event::{ApprovalDecision, EventBody, OutcomeKind, RunOutcome, StopReason};
-use cofold_agents::hooks::{BeforeTool, Hooks, RunInfo};
+use cofold_agents::hooks::{BeforeTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::{Message, ToolCall};
 use cofold_agents::pairing::is_well_paired;
 use cofold_agents::run::{
@@ -124,7 +124,7 @@ impl Hooks for PanickyHook {
         _call: &ToolCall,
         _tool: &Tool,
         _run: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         panic!("hook bug");
     }
 }
@@ -190,7 +190,7 @@ impl Hooks for StuckHook {
         _call: &ToolCall,
         _tool: &Tool,
         _run: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         self.0.notify_one();
         futures::future::pending::<()>().await;
         Ok(BeforeTool::Allow)
@@ -292,7 +292,7 @@ impl Hooks for FailingHook {
         call: &ToolCall,
         _tool: &Tool,
         _run: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         match call.input.as_ref().and_then(|i| i["text"].as_str()) {
             Some("fail") => Err("the hook could not decide".into()),
             _ => Ok(BeforeTool::Allow),

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::run_support::*;
 use cofold_agents::error::ErrorCode;
 use cofold_agents::event::{Command, Event, EventBody, OutcomeKind, RequestKind, RunStatus};
-use cofold_agents::hooks::Hooks;
+use cofold_agents::hooks::{HookError, Hooks};
 use cofold_agents::model::Usage;
 use cofold_agents::run::{ResumeOptions, RunOptions, resume, run};
 use cofold_agents::store::{RunRef, StepRecord, StepStatus, Store};
@@ -275,7 +275,7 @@ struct Observer {
     approve_from: Option<Arc<Mutex<Option<cofold_agents::run::RunHandle>>>>,
 }
 impl Hooks for Observer {
-    fn on_event(&self, event: &Event) -> Result<(), String> {
+    fn on_event(&self, event: &Event) -> Result<(), HookError> {
         if let EventBody::ApprovalRequested { request_id, .. } = &event.body {
             let store = self.store.clone();
             let seen = self.seen_awaiting.clone();

@@ -1,8 +1,7 @@
 //! Questions and the `ask_user` tool (runtime cases A13–A16, docs/acceptance.md).
 
-use cofold_agents::question::{
-    Question, QuestionOption, ask_user_tool, render_answers, validate_answers,
-};
+use cofold_agents::ask::ask_user_tool;
+use cofold_agents::question::{Question, QuestionOption, render_answers, validate_answers};
 use cofold_agents::store::MemoryStore;
 use cofold_agents::tool::{
     AbortSignal, KvScopes, Resources, Tool, ToolContext, ToolEffects, ToolError,

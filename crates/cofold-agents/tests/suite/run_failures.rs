@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use super::run_support::*;
-use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::event::{OutcomeKind, RunStatus};
-use cofold_agents::hooks::{AfterModel, BeforeModel, Hooks, RunInfo};
+use cofold_agents::hooks::{AfterModel, BeforeModel, HookError, Hooks, RunInfo};
 use cofold_agents::model::{ModelReply, ModelRequest, Usage};
 use cofold_agents::run::{RunOptions, run};
 use cofold_agents::store::{RunRef, StepRecord, StepStatus, Store};
@@ -27,21 +27,21 @@ impl Hooks for ModelHooks {
         &self,
         request: ModelRequest,
         _r: &RunInfo,
-    ) -> Result<BeforeModel, String> {
+    ) -> Result<BeforeModel, HookError> {
         match &self.before {
             Some(Ok(())) => Ok(BeforeModel::Abort {
                 reason: "no".into(),
             }),
-            Some(Err(e)) => Err(e.clone()),
+            Some(Err(e)) => Err(HookError::new(e.clone())),
             None => Ok(BeforeModel::Continue(request)),
         }
     }
-    async fn after_model(&self, reply: ModelReply, _r: &RunInfo) -> Result<AfterModel, String> {
+    async fn after_model(&self, reply: ModelReply, _r: &RunInfo) -> Result<AfterModel, HookError> {
         match &self.after {
             Some(Ok(())) => Ok(AfterModel::Abort {
                 reason: "enough".into(),
             }),
-            Some(Err(e)) => Err(e.clone()),
+            Some(Err(e)) => Err(HookError::new(e.clone())),
             None => Ok(AfterModel::Continue(reply)),
         }
     }
@@ -168,7 +168,7 @@ impl Capability for Broken {
     fn id(&self) -> &str {
         "broken"
     }
-    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         Err("nope".into())
     }
 }
@@ -179,7 +179,7 @@ impl Capability for Clock {
     fn id(&self) -> &str {
         "clock"
     }
-    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         *self.0.lock().expect("args") = Some(args.clone());
         let def = ToolDef::new(
             "now",
@@ -189,7 +189,10 @@ impl Capability for Clock {
         );
         Ok(vec![Tool::new(def).map_err(|e| e.message)?])
     }
-    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(
+        &self,
+        _args: &CapabilityArgs,
+    ) -> Result<Option<String>, CapabilityError> {
         Ok(Some("   tell the time   ".into()))
     }
 }
@@ -200,7 +203,7 @@ impl Capability for Dup {
     fn id(&self) -> &str {
         "dup"
     }
-    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         Ok(vec![echo_tool()])
     }
 }

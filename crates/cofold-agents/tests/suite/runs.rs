@@ -9,7 +9,7 @@ use serde_json::json;
 use super::run_support::*;
 use cofold_agents::error::ErrorCode;
 use cofold_agents::event::{Command, Event, EventBody, OutcomeKind, RunStatus};
-use cofold_agents::hooks::{BeforeTool, Hooks, RunInfo};
+use cofold_agents::hooks::{BeforeTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::{Input, Part, ToolCall};
 use cofold_agents::model::Usage;
 use cofold_agents::run::{CompactOptions, RunOptions, compact, run};
@@ -164,7 +164,7 @@ impl Hooks for DenyTools {
         _c: &ToolCall,
         _t: &Tool,
         _r: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         Ok(BeforeTool::Deny {
             reason: "not here".into(),
         })
@@ -290,7 +290,7 @@ async fn the_first_workspace_sticks_and_tools_get_a_workspace_scope() {
 
 struct FailingObserver;
 impl Hooks for FailingObserver {
-    fn on_event(&self, _event: &Event) -> Result<(), String> {
+    fn on_event(&self, _event: &Event) -> Result<(), HookError> {
         Err("observer broke".into())
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::run_support::*;
 use cofold_agents::event::{Event, EventBody};
-use cofold_agents::hooks::{BeforeTool, Hooks, RunInfo};
+use cofold_agents::hooks::{BeforeTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::ToolCall;
 use cofold_agents::policy::{DecideArgs, Decision, Policy};
 use cofold_agents::run::{RunOptions, run};
@@ -24,7 +24,7 @@ impl Hooks for BeforeHook {
         _c: &ToolCall,
         _t: &Tool,
         _r: &RunInfo,
-    ) -> Result<BeforeTool, String> {
+    ) -> Result<BeforeTool, HookError> {
         Ok(self.0.clone())
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::run_support::*;
 use cofold_agents::event::{Command, EventBody, OutcomeKind, RunStatus};
-use cofold_agents::hooks::{AfterTool, Hooks, RunInfo};
+use cofold_agents::hooks::{AfterTool, HookError, Hooks, RunInfo};
 use cofold_agents::message::ToolCall;
 use cofold_agents::policy::Behavior;
 use cofold_agents::run::{RunOptions, run};
@@ -201,7 +201,7 @@ impl Hooks for Rewrite {
         output: String,
         _e: bool,
         _r: &RunInfo,
-    ) -> Result<AfterTool, String> {
+    ) -> Result<AfterTool, HookError> {
         Ok(AfterTool {
             output: format!("{output}!"),
             is_error: Some(true),

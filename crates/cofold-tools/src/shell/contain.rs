@@ -48,7 +48,7 @@ pub(crate) fn stop_call(
 ) -> usize {
     // The running shell's process group is certainly the call's: it goes first, in one signal.
     if shell_alive && let Some(pid) = shell {
-        super::exec::kill_tree(pid, true);
+        kill_tree(pid, true);
     }
     linux::stop_call(marker, shell, shell_alive, group)
 }
@@ -62,7 +62,7 @@ pub(crate) fn stop_call(
     _group: Option<&CallGroup>,
 ) -> usize {
     if let Some(pid) = shell {
-        super::exec::kill_tree(pid, shell_alive);
+        kill_tree(pid, shell_alive);
     }
     0
 }
@@ -76,9 +76,40 @@ pub(crate) fn stop_call(
     _group: Option<&CallGroup>,
 ) -> usize {
     if let Some(pid) = shell {
-        super::exec::kill_tree(pid, shell_alive);
+        kill_tree(pid, shell_alive);
     }
     0
+}
+
+/// Sends SIGKILL to the whole group led by `pid`; falls back to the child alone, but only
+/// while it has not been reaped (a reaped pid may already belong to someone else).
+#[cfg(unix)]
+pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
+    use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    if kill_process_group(pid, Signal::KILL).is_err() && child_alive {
+        let _ = kill_process(pid, Signal::KILL);
+    }
+}
+
+/// `taskkill /T /F` ends the tree; the child alone is the fallback.
+#[cfg(windows)]
+pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
+    let ended = std::process::Command::new("taskkill")
+        .args(["/pid", &pid.to_string(), "/T", "/F"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false);
+    if !ended && child_alive {
+        let _ = std::process::Command::new("taskkill")
+            .args(["/pid", &pid.to_string(), "/F"])
+            .status();
+    }
 }
 
 #[cfg(target_os = "linux")]

@@ -26,14 +26,24 @@ pub const DEFAULT_EXCLUDE: [&str; 8] = [
 /// Names are matched without regard to case, with `*` for any run of characters and `?` for one.
 /// A variable is passed on unless a default or `exclude` glob matches it and no `inherit` glob
 /// does; then every `set` entry is added, replacing a variable of that name.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields, default)]
 pub struct ShellEnv {
     /// Globs of names passed on even when an exclusion matches them.
+    #[schemars(inner(length(min = 1)))]
     pub inherit: Vec<String>,
-    /// Globs of names removed besides [`DEFAULT_EXCLUDE`].
+    /// Globs of names removed besides the default list (`DEFAULT_EXCLUDE`).
+    #[schemars(inner(length(min = 1)))]
     pub exclude: Vec<String>,
-    /// Variables every command gets, over what was passed on.
+    /// Variables every command gets, over what was passed on. The schema says only "an object":
+    /// the tool-input schema dialect has no schema-valued `additionalProperties`, so string
+    /// values and usable names are checked when the section is read.
+    #[schemars(schema_with = "any_object")]
     pub set: BTreeMap<String, String>,
+}
+
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
 }
 
 // Values set by configuration may be secrets meant for the commands; they stay out of logs.

@@ -133,8 +133,10 @@ pub struct ShellResult {
 /// module for how they are found and its limits), and the output gathered so far is kept. When
 /// the shell exits, whatever it left running is killed and counted in [`ShellResult::stopped`].
 /// Dropping the returned future while the command runs kills the call's processes as well.
-pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
-    let cancel = args.cancel.unwrap_or_default();
+// Longer than most: the two reading phases share the pipe readers and the child pinned in this
+// frame, and splitting them would move those borrows across functions for no clarity.
+pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult> {
+    let cancel = args.cancel.take().unwrap_or_default();
     if cancel.is_cancelled() {
         return Ok(ShellResult {
             aborted: true,
@@ -144,7 +146,7 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
 
     become_subreaper();
     let marker = new_marker();
-    let vars = match args.base_env {
+    let vars = match args.base_env.take() {
         Some(vars) => args.env.apply(vars),
         None => args.env.apply(std::env::vars_os()),
     };
@@ -154,32 +156,7 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         None
     };
     let gated = group.is_some() && can_gate(&args.shell.command, &vars);
-    let mut command = if gated {
-        // The gate's `exec` finds the shell along the same PATH the direct start would use,
-        // and the shell keeps the name it was given as its `$0`.
-        let mut gate = Command::new(GATE_SHELL);
-        gate.args(["-c", GATE_SCRIPT, "cofold-gate"])
-            .arg(&args.shell.command);
-        gate
-    } else {
-        Command::new(&args.shell.command)
-    };
-    command
-        .args(&args.shell.args)
-        .arg(&args.command)
-        .current_dir(&args.cwd)
-        .env_clear()
-        .envs(vars)
-        .env(MARKER_VAR, &marker)
-        .stdin(if gated { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    #[cfg(unix)]
-    command.process_group(0);
-    #[cfg(windows)]
-    command.creation_flags(0x0800_0000); // CREATE_NO_WINDOW
-
+    let mut command = shell_command(&args, vars, &marker, gated);
     let mut child = command.spawn()?;
     if let (Some(group), Some(pid)) = (&group, child.id()) {
         group.adopt(pid);
@@ -260,6 +237,42 @@ pub async fn exec_shell(args: ShellExecArgs) -> std::io::Result<ShellResult> {
         truncated,
         stopped: if timed_out || aborted { 0 } else { stopped },
     })
+}
+
+/// The command that starts the shell on `args.command`: behind the gate when `gated` (so it joins
+/// the call's group before it runs anything), with only the allowed variables and the marker.
+fn shell_command(
+    args: &ShellExecArgs,
+    vars: Vec<(OsString, OsString)>,
+    marker: &str,
+    gated: bool,
+) -> Command {
+    let mut command = if gated {
+        // The gate's `exec` finds the shell along the same PATH the direct start would use,
+        // and the shell keeps the name it was given as its `$0`.
+        let mut gate = Command::new(GATE_SHELL);
+        gate.args(["-c", GATE_SCRIPT, "cofold-gate"])
+            .arg(&args.shell.command);
+        gate
+    } else {
+        Command::new(&args.shell.command)
+    };
+    command
+        .args(&args.shell.args)
+        .arg(&args.command)
+        .current_dir(&args.cwd)
+        .env_clear()
+        .envs(vars)
+        .env(MARKER_VAR, marker)
+        .stdin(if gated { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    #[cfg(windows)]
+    command.creation_flags(0x0800_0000); // CREATE_NO_WINDOW
+    command
 }
 
 /// Whether the shell can start behind the gate: there is a `/bin/sh`, and the shell program can
@@ -454,37 +467,6 @@ impl Drop for TreeGuard {
                 self.group.as_deref(),
             );
         }
-    }
-}
-
-/// Sends SIGKILL to the whole group led by `pid`; falls back to the child alone, but only
-/// while it has not been reaped (a reaped pid may already belong to someone else).
-#[cfg(unix)]
-pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
-    use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-        return;
-    };
-    if kill_process_group(pid, Signal::KILL).is_err() && child_alive {
-        let _ = kill_process(pid, Signal::KILL);
-    }
-}
-
-/// `taskkill /T /F` ends the tree; the child alone is the fallback.
-#[cfg(windows)]
-pub(crate) fn kill_tree(pid: u32, child_alive: bool) {
-    let ended = std::process::Command::new("taskkill")
-        .args(["/pid", &pid.to_string(), "/T", "/F"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|status| status.success())
-        .unwrap_or(false);
-    if !ended && child_alive {
-        let _ = std::process::Command::new("taskkill")
-            .args(["/pid", &pid.to_string(), "/F"])
-            .status();
     }
 }
 

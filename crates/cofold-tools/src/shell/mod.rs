@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::tool::{
     Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn,
 };
@@ -126,7 +126,7 @@ impl Capability for ShellCapability {
         "shell"
     }
 
-    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         let run = Arc::new(Run {
             workspace: workspace_of(args),
             options: Arc::clone(&self.options),
@@ -134,10 +134,13 @@ impl Capability for ShellCapability {
         });
         Tool::new(shell_exec_def(run))
             .map(|tool| vec![tool])
-            .map_err(|e| e.to_string())
+            .map_err(|e| CapabilityError::from(e.to_string()))
     }
 
-    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(
+        &self,
+        _args: &CapabilityArgs,
+    ) -> Result<Option<String>, CapabilityError> {
         let name = self.spec.name();
         Ok(Some(format!(
             "shell_exec runs each command through {name} and returns when it ends. It is not a \

@@ -89,6 +89,8 @@ pub(crate) struct Fetcher {
 struct Expired;
 
 impl Fetcher {
+    // Longer than 80 lines: each redirect hop is checked, fetched and read within the same deadline
+    // and loop state.
     /// Fetches `input` and renders the result text, or the refusal.
     pub(crate) async fn fetch_page(
         &self,

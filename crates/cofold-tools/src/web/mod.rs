@@ -1,17 +1,17 @@
 //! The web capability: `web_fetch` (every hop guarded and pinned, redirects followed by hand)
 //! and, when providers are given, `web_search`.
 
-mod fetch;
+pub(crate) mod fetch;
 mod guard;
 mod html;
 mod search_tool;
-mod transport;
+pub(crate) mod transport;
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cofold_agents::capability::{Capability, CapabilityArgs};
+use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::tool::{
     Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn,
 };
@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 pub use fetch::{ACCEPT, MAX_REDIRECTS, USER_AGENT, WebFetchError};
 pub use guard::{Lookup, SystemLookup, is_internal};
 pub use html::html_to_text;
-pub use transport::{ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch};
+pub use transport::{
+    ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch, SourceError,
+};
 
 use crate::search::SearchProvider;
 use crate::shell::seconds;
@@ -118,7 +120,7 @@ impl Capability for WebCapability {
         "web"
     }
 
-    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, String> {
+    async fn tools(&self, _args: &CapabilityArgs) -> Result<Vec<Tool>, CapabilityError> {
         let mut defs = vec![self.web_fetch_def()];
         if !self.search.is_empty() {
             defs.push(search_tool::web_search_def(
@@ -127,11 +129,14 @@ impl Capability for WebCapability {
             ));
         }
         defs.into_iter()
-            .map(|def| Tool::new(def).map_err(|e| e.to_string()))
+            .map(|def| Tool::new(def).map_err(|e| CapabilityError::from(e.to_string())))
             .collect()
     }
 
-    async fn instructions(&self, _args: &CapabilityArgs) -> Result<Option<String>, String> {
+    async fn instructions(
+        &self,
+        _args: &CapabilityArgs,
+    ) -> Result<Option<String>, CapabilityError> {
         let fetch_line = "web_fetch reads one page as plain text from a complete URL \
             (https://…); fetch the pages that answer the question and cite them by URL. Internal \
             and special-purpose addresses (localhost, loopback, private, shared and link-local \

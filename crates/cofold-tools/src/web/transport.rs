@@ -104,7 +104,13 @@ pub trait Fetch: Send + Sync {
 
 /// Makes the client builders a [`ReqwestFetch`] starts from: proxies and trusted certificates
 /// set, nothing else. Called once per pinned request, as each pin needs a client of its own.
-type MakeBuilder = dyn Fn() -> Result<reqwest::ClientBuilder, String> + Send + Sync;
+type MakeBuilder = dyn Fn() -> Result<reqwest::ClientBuilder, SourceError> + Send + Sync;
+
+/// Why a [`ClientSource`] could not make a client builder: one line a request then fails with
+/// (an unusable proxy URL, an unreadable certificate file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
 
 /// Where a [`ReqwestFetch`] gets its client builders, so the web tools reach the network the
 /// way the rest of the process does (the engine builds one from its model client's settings).
@@ -112,10 +118,9 @@ type MakeBuilder = dyn Fn() -> Result<reqwest::ClientBuilder, String> + Send + S
 pub struct ClientSource(Arc<MakeBuilder>);
 
 impl ClientSource {
-    /// A source calling `make` for each builder; its error is the one-line reason a request
-    /// then fails with (an unusable proxy URL, an unreadable certificate file).
+    /// A source calling `make` for each builder; its error is what a request then fails with.
     pub fn new(
-        make: impl Fn() -> Result<reqwest::ClientBuilder, String> + Send + Sync + 'static,
+        make: impl Fn() -> Result<reqwest::ClientBuilder, SourceError> + Send + Sync + 'static,
     ) -> Self {
         Self(Arc::new(make))
     }
@@ -169,7 +174,7 @@ impl ReqwestFetch {
 
     fn builder(&self) -> Result<reqwest::ClientBuilder, FetchError> {
         let b = match &self.source {
-            Some(source) => (source.0)().map_err(FetchError::message)?,
+            Some(source) => (source.0)().map_err(|e| FetchError::message(e.0))?,
             None => reqwest::Client::builder().no_proxy(),
         };
         Ok(b.redirect(reqwest::redirect::Policy::none()))

@@ -10,7 +10,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use cofold_tools::web::{
-    ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch, WebOptions, web,
+    ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch, SourceError,
+    WebOptions, web,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -48,7 +49,7 @@ impl Fetch for OntoLoopback {
 /// engine's source reads `HTTP_PROXY` and `NO_PROXY`.
 fn source(proxy: String, no_proxy: Option<&'static str>) -> ClientSource {
     ClientSource::new(move || {
-        let p = reqwest::Proxy::http(proxy.as_str()).map_err(|e| e.to_string())?;
+        let p = reqwest::Proxy::http(proxy.as_str()).map_err(|e| SourceError(e.to_string()))?;
         let p = p.no_proxy(no_proxy.and_then(reqwest::NoProxy::from_string));
         Ok(reqwest::Client::builder().no_proxy().proxy(p))
     })
@@ -125,7 +126,11 @@ async fn a_name_the_guard_refuses_never_reaches_the_proxy() {
 #[tokio::test]
 async fn an_unusable_source_is_the_fetch_s_one_sentence() {
     let caps = tools(
-        ClientSource::new(|| Err("the proxy in HTTP_PROXY is not usable".to_owned())),
+        ClientSource::new(|| {
+            Err(SourceError(
+                "the proxy in HTTP_PROXY is not usable".to_owned(),
+            ))
+        }),
         Arc::default(),
     )
     .await;
