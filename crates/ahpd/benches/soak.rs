@@ -10,7 +10,7 @@
 //! The clients and the scripted endpoint share the process; neither keeps anything per session
 //! (the endpoint's request log is emptied as it goes).
 //!
-//! Run with `cargo bench -p ahpd-agent-cofold --bench soak`. `AHPD_SOAK_SESSIONS` (default
+//! Run with `cargo bench -p ahpd --bench soak`. `AHPD_SOAK_SESSIONS` (default
 //! 10,000) and `AHPD_SOAK_PARALLEL` (sessions in flight at once, default 4) scale it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
