@@ -4,11 +4,20 @@
 //! session's deltas, joined in arrival order, equal its script, and that the client's mirror of
 //! every chat (reduced with the official reducers) equals the host's snapshot at the end; prints
 //! both wall times and the ratio.
+//!
+//! Memory: the host and its client share this process, so the process's private memory
+//! (`RssAnon`) is read before the client connects, right after (the client allocates its whole
+//! event queue at once: that step is the client's share), at its peak while the answers
+//! stream (read every 2 ms on a thread of its own) and when the last turn has ended. The host's
+//! share is what the process holds beyond the idle host and the client's queue; the text the
+//! bench itself collects (about 16 KB a session) is counted with it. The daemon measured alone,
+//! in its own process, is `cargo bench -p ahpd --bench stream_daemon`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ahp::{Client, ClientConfig, SubscriptionEvent};
@@ -72,7 +81,77 @@ async fn baseline(ep: &Endpoint) -> Duration {
     started.elapsed()
 }
 
-async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
+/// This process's private memory in KiB (`RssAnon`).
+fn private_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The process's private memory at the moments the memory report names, in KiB; `peak` is
+/// kept by a thread reading it every 2 ms while `sampling` is set.
+#[derive(Default)]
+struct Marks {
+    host_idle: AtomicU64,
+    client_connected: AtomicU64,
+    peak: AtomicU64,
+    turns_ended: AtomicU64,
+    sampling: AtomicBool,
+}
+
+impl Marks {
+    fn sample(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let marks = self.clone();
+        marks.sampling.store(true, Ordering::SeqCst);
+        std::thread::spawn(move || {
+            while marks.sampling.load(Ordering::SeqCst) {
+                marks.peak.fetch_max(private_kib(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    }
+
+    fn report(&self) {
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let idle = self.host_idle.load(Ordering::Relaxed);
+        let client = self.client_connected.load(Ordering::Relaxed);
+        let peak = self.peak.load(Ordering::Relaxed).max(client);
+        let ended = self.turns_ended.load(Ordering::Relaxed);
+        let queue = client.saturating_sub(idle);
+        let host_peak = peak.saturating_sub(client);
+        let host_ended = ended.saturating_sub(client);
+        println!("  memory (private, this process):");
+        println!("    host idle, before the client:  {:>8.1} MiB", mib(idle));
+        println!(
+            "    client's share (its event queue, allocated at connect): {:>8.1} MiB",
+            mib(queue)
+        );
+        println!(
+            "    host's share at the peak:       {:>8.1} MiB ({:.2} MiB a session)",
+            mib(host_peak),
+            mib(host_peak) / SESSIONS as f64
+        );
+        println!(
+            "    host's share once the turns ended: {:>5.1} MiB ({:.2}× its peak)",
+            mib(host_ended),
+            host_ended as f64 / host_peak.max(1) as f64
+        );
+        println!(
+            "    process peak {:.1} MiB: client {:.0}%, host {:.0}%",
+            mib(peak),
+            100.0 * queue as f64 / peak.max(1) as f64,
+            100.0 * host_peak as f64 / peak.max(1) as f64
+        );
+    }
+}
+
+async fn engine(ep: &Endpoint, home: &std::path::Path, marks: &Arc<Marks>) -> (Duration, usize) {
     let env = Environment {
         vars: HashMap::from([("HOME".to_owned(), home.display().to_string())]),
         home: home.to_path_buf(),
@@ -92,6 +171,7 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         .unwrap();
     let server = host.serve_ws(WsConfig::loopback(0)).await.unwrap();
     let url = format!("ws://{}", server.local_addr());
+    marks.host_idle.store(private_kib(), Ordering::Relaxed);
     let t = WebSocketTransport::connect(&url).await.unwrap();
     let client = Client::connect(
         t,
@@ -106,6 +186,9 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         .initialize("bench".into(), vec!["1.0.0".into()], vec![])
         .await
         .unwrap();
+    marks
+        .client_connected
+        .store(private_kib(), Ordering::Relaxed);
     let mut events = client.events();
     let mut chats = HashMap::new();
     // The client's view of every chat, reduced from the snapshot and each envelope with the
@@ -128,6 +211,7 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         mirror.apply_snapshot(&res.snapshot.expect("a snapshot"));
         chats.insert(chat, i);
     }
+    let sampler = marks.sample();
     let started = Instant::now();
     for (chat, i) in &chats {
         let turn: StateAction = serde_json::from_value(json!({
@@ -162,6 +246,9 @@ async fn engine(ep: &Endpoint, home: &std::path::Path) -> (Duration, usize) {
         }
     }
     let elapsed = started.elapsed();
+    marks.turns_ended.store(private_kib(), Ordering::Relaxed);
+    marks.sampling.store(false, Ordering::SeqCst);
+    sampler.join().unwrap();
     for i in 0..SESSIONS {
         assert_eq!(
             texts.get(&i).map(String::as_str),
@@ -208,11 +295,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let marks = Arc::new(Marks::default());
     runtime.block_on(async {
         let home = tempfile::tempdir().unwrap();
         let ep = endpoint();
         let base = baseline(&ep).await;
-        let (took, deltas) = engine(&ep, home.path()).await;
+        let (took, deltas) = engine(&ep, home.path(), &marks).await;
         println!("stream_100: {SESSIONS} sessions x {TOKENS} chunks");
         println!(
             "  baseline (plain HTTP clients): {:>8.1} ms",
@@ -233,4 +321,5 @@ fn main() {
         println!("  every delta arrived, in order, once per session: yes");
         println!("  every client mirror equals the host's snapshot: yes");
     });
+    marks.report();
 }

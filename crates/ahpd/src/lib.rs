@@ -64,6 +64,9 @@ fn exit_code_of(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// Most threads the daemon's runtime runs blocking file work on (see docs/operations.md).
+const BLOCKING_THREADS: usize = 32;
+
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let loc = Locations::resolve(cli.config_file.as_deref())?;
     match cli.command {
@@ -77,6 +80,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
+                // The file work of every session (the stores' appends, one per streamed
+                // fragment) runs on these threads; unbounded, 100 streaming sessions kept about
+                // as many threads, each with its own stack and allocator cache.
+                .max_blocking_threads(BLOCKING_THREADS)
                 .enable_all()
                 .build()?;
             let code = runtime.block_on(serve::run(&loc, &cli.run))?;

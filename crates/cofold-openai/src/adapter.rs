@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use cofold_agents::error::AgentError;
 use cofold_agents::model::{
     ModelAdapter, ModelFeatures, ModelParams, ModelPricing, ModelReply, ModelRequest,
@@ -62,8 +63,8 @@ impl OpenAiAdapter {
 
     fn bodies(&self, request: &ModelRequest) -> Result<Bodies, AgentError> {
         Ok(Bodies {
-            streamed: self.body(request, true)?,
-            whole: self.body(request, false)?,
+            streamed: Bytes::from(self.body(request, true)?.to_string()),
+            whole: Bytes::from(self.body(request, false)?.to_string()),
             offers_tools: !request.tools.is_empty(),
         })
     }
@@ -98,7 +99,7 @@ impl ModelAdapter for OpenAiAdapter {
     }
 
     async fn complete(&self, request: ModelRequest) -> Result<ModelReply, AgentError> {
-        let body = self.body(&request, false)?;
+        let body = Bytes::from(self.body(&request, false)?.to_string());
         let url = self.endpoint.url("/chat/completions");
         let signal = &request.signal;
         // A body cut short or not a completion is tried again like a failed request.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::tool::AbortSignal;
 use futures::future::BoxFuture;
@@ -125,7 +126,7 @@ impl Endpoint {
     pub async fn send(
         &self,
         url: &str,
-        body: Option<&Value>,
+        body: Option<&Bytes>,
         signal: &AbortSignal,
     ) -> Result<(reqwest::Response, BodyClock), AgentError> {
         let mut tries = Tries::new(self.retry);
@@ -144,7 +145,7 @@ impl Endpoint {
     pub async fn attempt(
         &self,
         url: &str,
-        body: Option<&Value>,
+        body: Option<&Bytes>,
         whole: bool,
         signal: &AbortSignal,
     ) -> Result<(reqwest::Response, BodyClock), Failure> {
@@ -153,9 +154,9 @@ impl Endpoint {
         }
         let key = self.key().await?;
         let key = key.as_deref();
-        // The body is serialized here (not with `.json`) so `content-type` is set exactly once.
+        // The body comes serialized (not through `.json`) so `content-type` is set exactly once.
         let mut req = match body {
-            Some(b) => self.client.post(url).body(b.to_string()),
+            Some(b) => self.client.post(url).body(b.clone()),
             None => self.client.get(url),
         };
         req = req.header(reqwest::header::CONTENT_TYPE, "application/json");

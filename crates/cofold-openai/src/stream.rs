@@ -17,7 +17,6 @@ use cofold_agents::message::Part;
 use cofold_agents::model::{ModelReply, ModelStreamEvent};
 use cofold_agents::tool::AbortSignal;
 use futures::stream::{BoxStream, StreamExt};
-use serde_json::Value;
 
 use crate::body::{BodyClock, next_piece, read_whole};
 use crate::decode::StreamDecoder;
@@ -29,10 +28,12 @@ use crate::sse::{SseEvent, SseParser};
 
 type Item = Result<ModelStreamEvent, AgentError>;
 
-/// The two forms of one request: streamed, and whole for servers that cannot stream it.
+/// The two forms of one request: streamed, and whole for servers that cannot stream it. Both
+/// are kept as the bytes sent, for retries: as JSON trees they weighed several times as much,
+/// for as long as the answer streamed.
 pub(crate) struct Bodies {
-    pub streamed: Value,
-    pub whole: Value,
+    pub streamed: Bytes,
+    pub whole: Bytes,
     pub offers_tools: bool,
 }
 
@@ -181,8 +182,8 @@ pub(crate) fn start(
             VecDeque::from([Err(e)]),
             Phase::Finished,
             Bodies {
-                streamed: Value::Null,
-                whole: Value::Null,
+                streamed: Bytes::new(),
+                whole: Bytes::new(),
                 offers_tools: false,
             },
         ),

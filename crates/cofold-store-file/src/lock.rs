@@ -5,7 +5,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::id::Timestamp;
@@ -275,6 +275,69 @@ pub(crate) fn fence(folder: &Path, session_id: &str, run_id: &str) -> Result<(),
         }
         _ => Ok(()),
     }
+}
+
+/// The writer lock file as one `stat` saw it (device, inode, change and modification times,
+/// length; `None` when there is none), and when its content was last read.
+#[derive(Debug, Clone)]
+pub(crate) struct Stamp {
+    file: Option<FileLook>,
+    read_at: Instant,
+}
+
+type FileLook = (u64, u64, i64, i64, i64, i64, u64);
+
+/// How long an unchanged lock file is trusted without reading it again. Every write of the lock
+/// replaces the file, so a takeover changes what `stat` shows; the limit only covers a
+/// replacement that happened to look the same to `stat` (a reused inode within one clock tick).
+const STAMP_TRUST: Duration = Duration::from_secs(1);
+
+#[cfg(unix)]
+fn stamp_of(path: &Path) -> Option<FileLook> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| {
+        (
+            m.dev(),
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.len(),
+        )
+    })
+}
+
+#[cfg(not(unix))]
+fn stamp_of(_path: &Path) -> Option<FileLook> {
+    None
+}
+
+/// As [`fence`], for the appends of one run: a `stat` of the lock is enough while it looks as it
+/// did when `seen` was taken. Reading and parsing the lock for every streamed fragment cost more
+/// than the append itself.
+pub(crate) fn fence_seen(
+    folder: &Path,
+    session_id: &str,
+    run_id: &str,
+    seen: &mut Option<Stamp>,
+) -> Result<(), AgentError> {
+    let now = stamp_of(&lock_path(folder));
+    // Elsewhere `stat` gives no inode to tell a replaced file by, so the lock is read each time.
+    if cfg!(unix)
+        && let Some(stamp) = seen.as_ref()
+        && stamp.file == now
+        && stamp.read_at.elapsed() < STAMP_TRUST
+    {
+        return Ok(());
+    }
+    *seen = None;
+    fence(folder, session_id, run_id)?;
+    *seen = Some(Stamp {
+        file: now,
+        read_at: Instant::now(),
+    });
+    Ok(())
 }
 
 /// Refreshes `heartbeatAt` of the holder's lock.

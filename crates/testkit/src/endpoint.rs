@@ -317,6 +317,12 @@ impl Endpoint {
         self.chat_requests().into_iter().map(|r| r.json).collect()
     }
 
+    /// Drops the requests recorded so far (a long benchmark that would otherwise hold every
+    /// request it made); [`Endpoint::request_count`] starts again from zero.
+    pub fn forget_requests(&self) {
+        lock(&self.shared.requests).clear();
+    }
+
     /// How many requests arrived (all routes).
     pub fn request_count(&self) -> usize {
         lock(&self.shared.requests).len()

@@ -3,6 +3,14 @@
 //! The handle and the run's task share one small state behind a mutex: the events published so
 //! far, the status, the open request (if any), the queued steers and, once settled, the outcome.
 //! A `watch` channel carries a change counter so streams and waiters wake without polling.
+//!
+//! A streamed answer is mostly `model.delta` events, one per fragment, and the handle keeps
+//! every event for as long as it lives (each `events()` call starts from the first). Kept whole,
+//! a fragment of a few bytes cost about half a kilobyte (the event and its own copies of the
+//! run's, session's and agent's ids and of its timestamp), so a 2,000-fragment answer held about
+//! a megabyte per run. [`Log`] keeps a fragment as a few numbers (its timestamp as microseconds)
+//! and its text in one shared buffer, about 40 bytes besides the text, and rebuilds the event
+//! when it is read.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{AgentError, ErrorCode};
-use crate::event::{Command, Event, EventBody, RequestKind, RunOutcome, RunStatus};
+use crate::event::{Command, DeltaKind, Event, EventBody, RequestKind, RunOutcome, RunStatus};
 use crate::id::Timestamp;
 use crate::message::Part;
 use crate::question::{Question, validate_answers};
@@ -49,8 +57,122 @@ enum Phase {
     Resolving(String),
 }
 
+/// One event as a handle keeps it.
+enum Kept {
+    /// A `model.delta` of this handle's run with a timestamp in the canonical form: its text is
+    /// `Log::text[start..start + len]`.
+    Fragment {
+        seq: u64,
+        at_micros: i64,
+        start: u32,
+        len: u32,
+        step: u32,
+        kind: DeltaKind,
+    },
+    Whole(Box<Event>),
+}
+
+/// The events a handle holds, in order (see the module's notes).
+#[derive(Default)]
+struct Log {
+    kept: Vec<Kept>,
+    /// The texts of the kept fragments, end to end.
+    text: String,
+}
+
+impl Log {
+    fn push(&mut self, names: &Names<'_>, event: Event) {
+        let kept = self.fragment(names, &event);
+        self.kept
+            .push(kept.unwrap_or_else(|| Kept::Whole(Box::new(event))));
+    }
+
+    /// The compact form of `event`, when it is a fragment of this run that can be rebuilt
+    /// exactly.
+    fn fragment(&mut self, names: &Names<'_>, event: &Event) -> Option<Kept> {
+        let EventBody::ModelDelta { step, kind, text } = &event.body else {
+            return None;
+        };
+        if event.run_id != names.run_id
+            || event.session_id != names.session_id
+            || event.agent_id != names.agent_id
+        {
+            return None;
+        }
+        let at_micros = event.at.unix_micros();
+        if Timestamp::from_unix_micros(at_micros) != event.at {
+            return None;
+        }
+        let start = u32::try_from(self.text.len()).ok()?;
+        let len = u32::try_from(text.len()).ok()?;
+        start.checked_add(len)?;
+        self.text.push_str(text);
+        Some(Kept::Fragment {
+            seq: event.seq,
+            at_micros,
+            start,
+            len,
+            step: *step,
+            kind: *kind,
+        })
+    }
+
+    fn get(&self, names: &Names<'_>, index: usize) -> Option<Event> {
+        Some(match self.kept.get(index)? {
+            Kept::Whole(event) => (**event).clone(),
+            Kept::Fragment {
+                seq,
+                at_micros,
+                start,
+                len,
+                step,
+                kind,
+            } => {
+                let start = *start as usize;
+                let text = self.text.get(start..start + *len as usize)?;
+                Event {
+                    seq: *seq,
+                    run_id: names.run_id.to_owned(),
+                    session_id: names.session_id.to_owned(),
+                    agent_id: names.agent_id.to_owned(),
+                    at: Timestamp::from_unix_micros(*at_micros),
+                    body: EventBody::ModelDelta {
+                        step: *step,
+                        kind: *kind,
+                        text: text.to_owned(),
+                    },
+                }
+            }
+        })
+    }
+
+    fn last_seq(&self) -> Option<u64> {
+        self.kept.last().map(|kept| match kept {
+            Kept::Fragment { seq, .. } => *seq,
+            Kept::Whole(event) => event.seq,
+        })
+    }
+
+    fn last_outcome_status(&self) -> Option<RunStatus> {
+        match self.kept.last()? {
+            Kept::Whole(event) => match &event.body {
+                EventBody::RunFinished { outcome } => Some(outcome.status()),
+                _ => None,
+            },
+            Kept::Fragment { .. } => None,
+        }
+    }
+}
+
+/// The names every event of a handle's run carries.
+struct Names<'a> {
+    run_id: &'a str,
+    session_id: &'a str,
+    agent_id: &'a str,
+}
+
 struct State {
-    events: Vec<Event>,
+    events: Log,
     /// The seq after which this handle's events start (a resume's `after_seq`).
     after_seq: u64,
     status: RunStatus,
@@ -93,13 +215,21 @@ impl Shared {
         self.doing.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    fn names(&self) -> Names<'_> {
+        Names {
+            run_id: &self.run_id,
+            session_id: &self.session_id,
+            agent_id: &self.agent_id,
+        }
+    }
+
     fn bump(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Adds a persisted event to the handle's list and wakes its readers.
+    /// Adds a persisted event to the handle's log and wakes its readers.
     pub(crate) fn publish(&self, event: Event) {
-        self.lock().events.push(event);
+        self.lock().events.push(&self.names(), event);
         self.bump();
     }
 
@@ -150,22 +280,23 @@ impl Shared {
         if state.outcome.is_some() {
             return;
         }
-        let needs_final = !matches!(
-            state.events.last().map(|e| &e.body),
-            Some(EventBody::RunFinished { outcome: last }) if last.status() == outcome.status()
-        );
+        let needs_final = state.events.last_outcome_status() != Some(outcome.status());
         if needs_final {
-            let seq = state.events.last().map_or(state.after_seq, |e| e.seq) + 1;
-            state.events.push(Event {
-                seq,
-                run_id: self.run_id.clone(),
-                session_id: self.session_id.clone(),
-                agent_id: self.agent_id.clone(),
-                at: Timestamp::now(),
-                body: EventBody::RunFinished {
-                    outcome: outcome.clone(),
+            let seq = state.events.last_seq().unwrap_or(state.after_seq) + 1;
+            let names = self.names();
+            state.events.push(
+                &names,
+                Event {
+                    seq,
+                    run_id: self.run_id.clone(),
+                    session_id: self.session_id.clone(),
+                    agent_id: self.agent_id.clone(),
+                    at: Timestamp::now(),
+                    body: EventBody::RunFinished {
+                        outcome: outcome.clone(),
+                    },
                 },
-            });
+            );
         }
         state.status = outcome.status();
         state.outcome = Some(outcome);
@@ -221,7 +352,7 @@ pub(crate) fn new_handle(
         abort: AbortController::new(),
         detach: CancellationToken::new(),
         state: Mutex::new(State {
-            events: Vec::new(),
+            events: Log::default(),
             after_seq,
             status: RunStatus::Running,
             phase: if attaching {
@@ -287,8 +418,7 @@ impl RunHandle {
                 rx.borrow_and_update();
                 {
                     let state = shared.lock();
-                    if let Some(event) = state.events.get(index) {
-                        let event = event.clone();
+                    if let Some(event) = state.events.get(&shared.names(), index) {
                         drop(state);
                         return Some((event, (shared, rx, index + 1)));
                     }

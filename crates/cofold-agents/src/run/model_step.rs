@@ -289,6 +289,9 @@ impl Runner {
                 reply = model.complete(request) => reply,
             };
         };
+        // The stream holds what it sends; this copy (the conversation and every tool's schema)
+        // would otherwise stay for as long as the answer streams.
+        drop(request);
         loop {
             let next = tokio::select! {
                 biased;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cofold_agents::error::AgentError;
-use cofold_agents::event::Event;
+use cofold_agents::event::{Event, EventBody};
 use cofold_agents::message::Message;
 use cofold_agents::store::{
     KvEntry, KvScope, NewSession, PendingRequest, RunRecord, RunRef, RunStatus, RunUpdate,
@@ -59,7 +59,16 @@ pub struct FileStore {
 }
 
 type Guard = Arc<Mutex<()>>;
-type EventQueue = Arc<tokio::sync::Mutex<Option<u64>>>;
+type EventQueue = Arc<tokio::sync::Mutex<Tail>>;
+
+/// What a run's event queue remembers of its log between appends.
+#[derive(Debug, Default)]
+pub(crate) struct Tail {
+    /// The last stored seq, once read from the file.
+    pub(crate) last_seq: Option<u64>,
+    /// The writer lock as it was when it last let an append through.
+    pub(crate) fence: Option<crate::lock::Stamp>,
+}
 
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -69,7 +78,8 @@ pub(crate) struct Inner {
     folders: Mutex<HashMap<String, PathBuf>>,
     // Session folder → the guard of read-modify-write steps on its records.
     guards: Mutex<HashMap<PathBuf, Guard>>,
-    // (session, run) → the FIFO queue of its event appends, holding the last stored seq once known.
+    // (session, run) → the FIFO queue of its event appends, holding the last stored seq once known;
+    // dropped once the run's last event (a final `run.finished`) is stored.
     queues: Mutex<HashMap<(String, String), EventQueue>>,
 }
 
@@ -384,13 +394,24 @@ impl Store for FileStore {
         // Joining the run's queue is the first thing that waits, so appends keep the order in
         // which they were called.
         let queue = self.inner.queue(&run);
-        let last_seq = queue.lock_owned().await;
+        let tail = queue.lock_owned().await;
         let event = event.clone();
-        self.blocking(move |inner| {
-            let mut last_seq = last_seq;
-            inner.append_event(&event, &mut last_seq)
-        })
-        .await
+        let last = matches!(
+            &event.body,
+            EventBody::RunFinished { outcome } if outcome.status().is_terminal()
+        );
+        let appended = self
+            .blocking(move |inner| {
+                let mut tail = tail;
+                inner.append_event(&event, &mut tail)
+            })
+            .await;
+        // An ended run appends nothing more; its queue would otherwise stay for as long as the
+        // store is open (one per run ever made).
+        if last && appended.is_ok() {
+            lock_map(&self.inner.queues).remove(&(run.session_id, run.run_id));
+        }
+        appended
     }
 
     async fn list_events(

@@ -15,7 +15,7 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::error::Category;
 
-use super::{EVENTS_FILE, Inner, RUN_FILE, lock_map};
+use super::{EVENTS_FILE, Inner, RUN_FILE, Tail, lock_map};
 use crate::durable::{Sync, write_json};
 use crate::jsonl::{
     Damage, append_lines, create_dirs, io_error, read_json, report_damage, scan, scan_back,
@@ -83,27 +83,23 @@ impl Inner {
         Ok(record)
     }
 
-    /// Appends one event; `last_seq` is the run's cached last seq (filled from the file on first
-    /// use), held under the run's queue.
-    pub(crate) fn append_event(
-        &self,
-        event: &Event,
-        last_seq: &mut Option<u64>,
-    ) -> Result<(), AgentError> {
+    /// Appends one event; `tail` is what the run's queue remembers (the last seq, filled from
+    /// the file on first use, and the writer lock last seen), held under the queue.
+    pub(crate) fn append_event(&self, event: &Event, tail: &mut Tail) -> Result<(), AgentError> {
         let run = RunRef::new(event.session_id.clone(), event.run_id.clone());
         let (session, folder) = self.existing_run(&run)?;
-        lock::fence(&session, &run.session_id, &run.run_id)?;
+        lock::fence_seen(&session, &run.session_id, &run.run_id, &mut tail.fence)?;
         let path = folder.join(EVENTS_FILE);
-        let last = match *last_seq {
+        let last = match tail.last_seq {
             Some(last) => last,
             None => last_intact_seq(&path)?,
         };
-        *last_seq = Some(last);
+        tail.last_seq = Some(last);
         if event.seq != last + 1 {
             return Err(seq_gap(&event.run_id, last + 1, event.seq));
         }
         append_lines(&path, &to_line(event)?, is_boundary(&event.body))?;
-        *last_seq = Some(event.seq);
+        tail.last_seq = Some(event.seq);
         Ok(())
     }
 
