@@ -165,6 +165,7 @@ fn read_content(content: &Value, structured: Option<Value>, is_error: bool) -> C
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

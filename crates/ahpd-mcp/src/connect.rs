@@ -215,6 +215,7 @@ fn install_tls_provider() {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

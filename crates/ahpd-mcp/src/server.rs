@@ -372,6 +372,7 @@ async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -372,6 +372,7 @@ pub fn merge(base: &Servers, over: &Servers) -> Servers {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
