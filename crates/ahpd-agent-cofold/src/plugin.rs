@@ -122,7 +122,7 @@ impl Engine for CofoldEngine {
             }
         }
         if let Some(servers) = config.get("mcpServers") {
-            crate::mcp::check_record_servers(servers)?;
+            crate::mcp::check_record_servers(servers).map_err(RecordError::Schema)?;
         }
         let schema = record_schema();
         let props = schema.get("properties").and_then(Value::as_object);
@@ -157,7 +157,7 @@ impl Engine for CofoldEngine {
         if let Some(servers) = merged.remove("mcpServers") {
             embedder.record_mcp_servers =
                 ahpd_mcp::spec::parse_servers("config.mcpServers", &servers)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| RecordError::Schema(e.to_string()))?;
         }
         if let Some(secret) = merged
             .get("apiKey")
