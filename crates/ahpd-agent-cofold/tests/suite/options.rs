@@ -311,7 +311,7 @@ async fn case_014_016_the_engine_serves_records() {
     assert_eq!(e.name(), "cofold");
     assert_eq!(
         e.host_only_fields(),
-        ["computerConfigDir", "store", "memory"]
+        ["computerConfigDir", "store", "memory", "mcpServers"]
     );
     assert!(e.template().is_empty());
     let schema = e.record_schema();
