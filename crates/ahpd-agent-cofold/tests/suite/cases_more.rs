@@ -24,10 +24,13 @@ impl Registrar for Engines {
 struct Vault;
 
 impl SecretReader for Vault {
-    fn read(&self, name: &str) -> Result<Secret, String> {
+    fn read(&self, name: &str) -> Result<Secret, ahpd_sdk::plugin::SecretError> {
         match name {
             "host:agent/rec/apiKey" => Ok(Secret::new("sk-1")),
-            other => Err(format!("the vault holds no {other}")),
+            other => Err(ahpd_sdk::plugin::SecretError {
+                name: other.to_owned(),
+                reason: format!("the vault holds no {other}"),
+            }),
         }
     }
 }
@@ -110,7 +113,7 @@ async fn case_020_a_records_key_is_a_vault_reference_and_bad_records_are_refused
         + &serde_json::to_string(&w.mirror.chats).unwrap();
     assert!(!shown.contains("sk-1"), "the key is never shown");
     let bad: JsonObject = serde_json::from_value(json!({ "colour": "x" })).unwrap();
-    let err = e.check_record("host", &bad).expect_err("refused");
+    let err = e.check_record("host", &bad).expect_err("refused").to_string();
     assert_eq!(err.lines().count(), 1);
     assert!(err.starts_with("config.colour"), "{err}");
 }
@@ -126,18 +129,23 @@ async fn case_013_016_a_missing_secret_and_records_setting_host_fields() {
             Arc::new(Vault),
         )
         .err()
-        .expect("refused");
+        .expect("refused")
+        .to_string();
     assert_eq!(err, "the vault holds no host:missing");
     for key in ["store", "memory", "computerConfigDir"] {
         let mut config = JsonObject::new();
         config.insert(key.into(), json!("/x"));
-        let err = e.check_record("team:a", &config).expect_err("refused");
+        let err = e
+            .check_record("team:a", &config)
+            .expect_err("refused")
+            .to_string();
         assert!(err.starts_with(&format!("config.{key}")), "{err}");
     }
     let model: JsonObject = serde_json::from_value(json!({ "model": "m" })).unwrap();
     assert!(
         e.check_record("host", &model)
             .expect_err("refused")
+            .to_string()
             .starts_with("config.model")
     );
 }
