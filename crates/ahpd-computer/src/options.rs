@@ -142,8 +142,14 @@ impl Options {
     /// Reads and checks resolved options; the error is one line naming the option's path.
     pub fn parse(value: &Value) -> Result<Options, String> {
         let at = "plugins.@ahpd/computer.options";
-        let opts: Options =
-            serde_json::from_value(value.clone()).map_err(|e| format!("{at}: {e}"))?;
+        // The path inside the options (`profiles.p.state`) makes the sentence name the key.
+        let opts: Options = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+            let path = e.path().to_string();
+            match path.as_str() {
+                "." => format!("{at}: {}", e.inner()),
+                _ => format!("{at}.{path}: {}", e.inner()),
+            }
+        })?;
         if let Some(e) = &opts.engine
             && !e.starts_with("unix://")
         {
