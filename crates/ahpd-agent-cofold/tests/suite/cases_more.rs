@@ -113,7 +113,10 @@ async fn case_020_a_records_key_is_a_vault_reference_and_bad_records_are_refused
         + &serde_json::to_string(&w.mirror.chats).unwrap();
     assert!(!shown.contains("sk-1"), "the key is never shown");
     let bad: JsonObject = serde_json::from_value(json!({ "colour": "x" })).unwrap();
-    let err = e.check_record("host", &bad).expect_err("refused").to_string();
+    let err = e
+        .check_record("host", &bad)
+        .expect_err("refused")
+        .to_string();
     assert_eq!(err.lines().count(), 1);
     assert!(err.starts_with("config.colour"), "{err}");
 }
