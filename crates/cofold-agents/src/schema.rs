@@ -6,8 +6,13 @@ use crate::error::AgentError;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+/// Compiled schemas still in use, by the text of the schema they were compiled from.
+static COMPILED: LazyLock<Mutex<HashMap<String, Weak<Compiled>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// The type names a schema may use.
 const TYPE_NAMES: [&str; 7] = [
@@ -61,7 +66,32 @@ pub fn issues_text(issues: &[Issue]) -> String {
 impl Schema {
     /// Checks a schema once and compiles it. Refusals are `invalid_options` naming the schema
     /// location, for example `$.a uses $ref` or `$.a: unknown type "str"`.
+    ///
+    /// The same schema compiled again while an earlier compilation is still in use is shared
+    /// rather than built anew: hosts rebuild the tools they lend a run (a client's tools, MCP
+    /// tools) for every turn, and a compiled validator costs far more than the text it comes from.
     pub fn compile(schema: &Value) -> Result<Schema, AgentError> {
+        let key = schema.to_string();
+        if let Some(inner) = COMPILED
+            .lock()
+            .ok()
+            .and_then(|cache| cache.get(&key).and_then(Weak::upgrade))
+        {
+            return Ok(Schema { inner });
+        }
+        let compiled = Schema::compile_anew(schema)?;
+        if let Ok(mut cache) = COMPILED.lock() {
+            // Entries whose schemas nobody holds any more go when the cache is written to, so it
+            // never holds more than the schemas in use plus one sweep's worth.
+            if cache.len() >= 64 {
+                cache.retain(|_, weak| weak.strong_count() > 0);
+            }
+            cache.insert(key, Arc::downgrade(&compiled.inner));
+        }
+        Ok(compiled)
+    }
+
+    fn compile_anew(schema: &Value) -> Result<Schema, AgentError> {
         let normalized = normalize(schema, "$")?;
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
@@ -509,4 +539,32 @@ fn check_pattern(path: &str, pattern: &str) -> Result<(), AgentError> {
         return Err(bad(path, format!("pattern does not compile: {first}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Schema;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_schema_in_use_is_compiled_once_and_freed_when_unused() {
+        let text =
+            json!({ "type": "object", "properties": { "cache_probe_7f3a": { "type": "string" } } });
+        let first = Schema::compile(&text).expect("compiles");
+        let second = Schema::compile(&text).expect("compiles");
+        assert!(
+            Arc::ptr_eq(&first.inner, &second.inner),
+            "shared while in use"
+        );
+        let weak = Arc::downgrade(&first.inner);
+        drop((first, second));
+        assert!(weak.upgrade().is_none(), "the cache keeps no schema alive");
+        let other = json!({ "type": "object", "required": ["cache_probe_7f3a"] });
+        let third = Schema::compile(&other).expect("compiles");
+        assert!(
+            third.validate(&json!({})).is_err(),
+            "a different schema is its own"
+        );
+    }
 }
