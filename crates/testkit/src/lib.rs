@@ -24,6 +24,7 @@ mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
+mod fake_engine;
 pub mod images;
 pub mod mcp_server;
 mod pairing;
@@ -32,6 +33,10 @@ mod reply;
 
 pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
+pub use fake_engine::{
+    EngineRequest, FailOn, FakeContainer, FakeEngine, FakeExec, FakeImage, FakeMount, NO_LOADER,
+    Upload,
+};
 pub use mcp_server::McpServer;
 pub use pairing::tool_pairing_fault;
 pub use recorder::{Recorder, Seen};
