@@ -51,13 +51,27 @@ fn case_01_enabled_with_no_options_is_ready_and_quiet() {
             .request("ping", json!({ "channel": ahp_types::ROOT_RESOURCE_URI }))
             .await
             .unwrap_or(Value::Null);
+        // Nothing but the start-up adoption (which lists this daemon's machines, so orphans
+        // and old builds can go) reaches the engine before a client asks.
+        let early: Vec<String> = rig
+            .engine
+            .requests()
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .filter(|r| {
+                !matches!(
+                    r.as_str(),
+                    "GET /version" | "GET /_ping" | "GET /containers/json"
+                )
+            })
+            .collect();
         assert!(
-            rig.engine.requests().is_empty(),
-            "the engine was asked before any client asked: {:?}",
-            rig.engine.requests()
+            early.is_empty(),
+            "the engine was asked before any client asked: {early:?}"
         );
+        let before = rig.engine.requests().len();
         list(&client, "computer://").await.unwrap();
-        assert!(!rig.engine.requests().is_empty());
+        assert!(rig.engine.requests().len() > before);
         drop(daemon);
     });
 }

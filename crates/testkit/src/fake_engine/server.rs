@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use bytes::Bytes;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::watch;
