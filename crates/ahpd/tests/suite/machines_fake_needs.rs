@@ -139,7 +139,13 @@ fn case_15_vault_values_reach_only_the_exec() {
         {
             assert!(!format!("{ev:?}").contains(KEY), "a frame shows the key");
         }
-        assert!(!daemon.log_text().contains(KEY), "the log shows the key");
+        let log = daemon.log_text();
+        let shown: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains(KEY))
+            .map(|l| l.replace(KEY, "<KEY>").chars().take(400).collect())
+            .collect();
+        assert!(shown.is_empty(), "the log shows the key: {shown:#?}");
         let out = rig.env.run(&["config"]);
         assert!(!text(&out.stdout).contains(KEY));
         let out = rig.env.run(&["plugin", "config", "@ahpd/computer"]);
@@ -381,8 +387,13 @@ fn case_20_host_state_binds_the_copapo_file() {
     });
 }
 
+/// The working folder of the newest exec (a trailing slash of the session's URI dropped).
 fn exec_dir(rig: &Rig) -> Value {
-    rig.exec_bodies().last().expect("an exec")["WorkingDir"].clone()
+    let dir = rig.exec_bodies().last().expect("an exec")["WorkingDir"].clone();
+    match dir.as_str() {
+        Some(d) if d.len() > 1 => json!(d.trim_end_matches('/')),
+        _ => dir,
+    }
 }
 
 #[test]
