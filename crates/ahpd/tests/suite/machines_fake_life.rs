@@ -213,6 +213,7 @@ fn case_36_refused_makes_and_machines_alone() {
 }
 
 #[test]
+#[ignore = "not built yet: after a restart the host finds a past session only through its agent, and a nested session has no record of its own (SessionRecord.nested), so subscribing to it answers -32001"]
 fn case_37_a_kept_session_adopts_its_disposable_machine() {
     rt().block_on(async {
         let rig = Rig::new();
@@ -263,7 +264,7 @@ fn case_37_a_kept_session_adopts_its_disposable_machine() {
             )
             .await
             .unwrap();
-        let _ = (sessions, &daemon);
+        assert!(sessions.to_string().contains(&uri), "{sessions}");
     });
 }
 
