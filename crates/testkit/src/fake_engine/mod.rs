@@ -20,6 +20,7 @@
 
 mod exec;
 mod server;
+mod store;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};

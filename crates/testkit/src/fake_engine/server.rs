@@ -99,18 +99,18 @@ pub(crate) fn reply(status: u16, v: Value) -> Response<Body> {
         .unwrap_or_default()
 }
 
-fn error(status: u16, message: impl Into<String>) -> Response<Body> {
+pub(crate) fn error(status: u16, message: impl Into<String>) -> Response<Body> {
     reply(status, json!({ "message": message.into() }))
 }
 
-fn no_content() -> Response<Body> {
+pub(crate) fn no_content() -> Response<Body> {
     Response::builder()
         .status(204)
         .body(Body::empty())
         .unwrap_or_default()
 }
 
-fn take_failure(st: &mut State, on: FailOn) -> Option<(u16, String)> {
+pub(crate) fn take_failure(st: &mut State, on: FailOn) -> Option<(u16, String)> {
     let i = st.failures.iter().position(|(o, _, _)| *o == on)?;
     st.failures.remove(i).map(|(_, s, m)| (s, m))
 }
@@ -144,7 +144,7 @@ async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Res
     r
 }
 
-fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
     q.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
 }
 
@@ -196,24 +196,28 @@ async fn route(
         ("PUT", ["containers", id, "archive"]) => {
             super::exec::archive_put(shared, id, param(q, "path").unwrap_or("/"), &raw)
         }
-        ("GET", ["containers", id, "stats"]) => stats(shared, id),
+        ("GET", ["containers", id, "stats"]) => super::store::stats(shared, id),
         ("POST", ["containers", id, "exec"]) => {
             super::exec::create(shared, id, body.unwrap_or_default())
         }
         ("POST", ["exec", id, "start"]) => super::exec::start(shared, id, req),
         ("GET", ["exec", id, "json"]) => super::exec::inspect(shared, id),
-        ("GET", ["images", rest @ .., "json"]) => inspect_image(shared, &rest.join("/")),
-        ("POST", ["images", "create"]) => create_image(shared, q),
-        ("POST", ["volumes", "create"]) => create_volume(shared, body.unwrap_or_default()),
-        ("GET", ["volumes"]) => list_volumes(shared, q),
-        ("GET", ["volumes", name]) => inspect_volume(shared, name),
-        ("DELETE", ["volumes", name]) => remove_volume(shared, name),
+        ("GET", ["images", rest @ .., "json"]) => {
+            super::store::inspect_image(shared, &rest.join("/"))
+        }
+        ("POST", ["images", "create"]) => super::store::create_image(shared, q),
+        ("POST", ["volumes", "create"]) => {
+            super::store::create_volume(shared, body.unwrap_or_default())
+        }
+        ("GET", ["volumes"]) => super::store::list_volumes(shared, q),
+        ("GET", ["volumes", name]) => super::store::inspect_volume(shared, name),
+        ("DELETE", ["volumes", name]) => super::store::remove_volume(shared, name),
         _ => error(404, format!("page not found: {method} {path}")),
     }
 }
 
 /// Label filters of a list: `k=v` or `k`.
-fn label_filters(q: &[(String, String)]) -> Vec<String> {
+pub(crate) fn label_filters(q: &[(String, String)]) -> Vec<String> {
     param(q, "filters")
         .and_then(|f| serde_json::from_str::<Value>(f).ok())
         .and_then(|v| {
@@ -232,14 +236,14 @@ fn label_filters(q: &[(String, String)]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn matches(labels: &BTreeMap<String, String>, filters: &[String]) -> bool {
+pub(crate) fn matches(labels: &BTreeMap<String, String>, filters: &[String]) -> bool {
     filters.iter().all(|f| match f.split_once('=') {
         Some((k, v)) => labels.get(k).map(String::as_str) == Some(v),
         None => labels.contains_key(f),
     })
 }
 
-fn find<'a>(st: &'a State, id: &str) -> Option<&'a FakeContainer> {
+pub(crate) fn find<'a>(st: &'a State, id: &str) -> Option<&'a FakeContainer> {
     st.containers.get(id).or_else(|| {
         st.containers
             .values()
@@ -298,7 +302,7 @@ fn mounts_of(st: &mut State, body: &Value) -> Vec<FakeMount> {
                     rw,
                 })
             } else {
-                let path = volume_path(st, src, BTreeMap::new());
+                let path = super::store::volume_path(st, src, BTreeMap::new());
                 Some(FakeMount {
                     name: Some(src.to_owned()),
                     source: path,
@@ -308,16 +312,6 @@ fn mounts_of(st: &mut State, body: &Value) -> Vec<FakeMount> {
             }
         })
         .collect()
-}
-
-fn volume_path(st: &mut State, name: &str, labels: BTreeMap<String, String>) -> PathBuf {
-    if let Some((p, _)) = st.volumes.get(name) {
-        return p.clone();
-    }
-    let p = st.root.join("volumes").join(name);
-    let _ = std::fs::create_dir_all(&p);
-    st.volumes.insert(name.to_owned(), (p.clone(), labels));
-    p
 }
 
 pub(crate) fn new_container(
@@ -470,12 +464,12 @@ pub(crate) fn kill(shared: &Shared, id: &str, code: i64, oom: bool) -> bool {
     let Some(name) = name_of(&st, id) else {
         return false;
     };
-    if let Some(c) = st.containers.get_mut(&name) {
-        if c.status == "running" {
-            c.status = "exited".into();
-            c.exit_code = code;
-            c.oom_killed = oom;
-        }
+    if let Some(c) = st.containers.get_mut(&name)
+        && c.status == "running"
+    {
+        c.status = "exited".into();
+        c.exit_code = code;
+        c.oom_killed = oom;
     }
     let ids: Vec<String> = st
         .execs
@@ -535,121 +529,6 @@ fn remove_container(shared: &Shared, id: &str, force: bool) -> Response<Body> {
         let _ = std::fs::remove_dir_all(&c.scratch);
     }
     no_content()
-}
-
-fn stats(shared: &Shared, id: &str) -> Response<Body> {
-    let st = shared.lock();
-    if find(&st, id).is_none() {
-        return error(404, format!("No such container: {id}"));
-    }
-    reply(
-        200,
-        json!({
-            "read": "2026-01-01T00:00:01Z", "preread": "2026-01-01T00:00:00Z",
-            "cpu_stats": { "cpu_usage": { "total_usage": 2000000 }, "system_cpu_usage": 100000000, "online_cpus": 2 },
-            "precpu_stats": { "cpu_usage": { "total_usage": 1000000 }, "system_cpu_usage": 0, "online_cpus": 2 },
-            "memory_stats": { "usage": 10485760, "limit": 2147483648u64 },
-        }),
-    )
-}
-
-fn inspect_image(shared: &Shared, name: &str) -> Response<Body> {
-    let st = shared.lock();
-    let Some(i) = st.images.get(name) else {
-        return error(404, format!("No such image: {name}"));
-    };
-    reply(
-        200,
-        json!({
-            "Id": format!("sha256:{:064x}", i.name.len()), "RepoTags": [i.name],
-            "Os": "linux", "Architecture": "amd64",
-            "Config": { "User": i.user.clone().unwrap_or_default(), "Env": i.env, "WorkingDir": i.workdir.clone().unwrap_or_default() },
-        }),
-    )
-}
-
-fn create_image(shared: &Shared, q: &[(String, String)]) -> Response<Body> {
-    let mut st = shared.lock();
-    let name = match (param(q, "fromImage"), param(q, "repo")) {
-        (Some(i), _) => match param(q, "tag").filter(|t| !t.is_empty()) {
-            Some(t) => format!("{i}:{t}"),
-            None if i.contains(':') => i.to_owned(),
-            None => format!("{i}:latest"),
-        },
-        (None, Some(r)) => format!("{r}:{}", param(q, "tag").unwrap_or("latest")),
-        _ => return error(400, "no image named"),
-    };
-    if param(q, "fromImage").is_some()
-        && let Some((s, m)) = take_failure(&mut st, FailOn::Pull)
-    {
-        return error(s, m);
-    }
-    st.images.insert(name.clone(), super::FakeImage::new(&name));
-    reply(
-        200,
-        json!({ "status": format!("Downloaded newer image for {name}") }),
-    )
-}
-
-fn create_volume(shared: &Shared, body: Value) -> Response<Body> {
-    let mut st = shared.lock();
-    let name = body["Name"].as_str().unwrap_or("").to_owned();
-    let labels: BTreeMap<String, String> = body["Labels"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let path = volume_path(&mut st, &name, labels);
-    let labels = &st.volumes[&name].1;
-    reply(
-        201,
-        json!({ "Name": name, "Driver": "local", "Mountpoint": path, "Labels": labels, "Scope": "local", "Options": {} }),
-    )
-}
-
-fn volume_json(name: &str, path: &std::path::Path, labels: &BTreeMap<String, String>) -> Value {
-    json!({ "Name": name, "Driver": "local", "Mountpoint": path, "Labels": labels, "Scope": "local", "Options": {} })
-}
-
-fn list_volumes(shared: &Shared, q: &[(String, String)]) -> Response<Body> {
-    let st = shared.lock();
-    let filters = label_filters(q);
-    let list: Vec<Value> = st
-        .volumes
-        .iter()
-        .filter(|(_, (_, l))| matches(l, &filters))
-        .map(|(n, (p, l))| volume_json(n, p, l))
-        .collect();
-    reply(200, json!({ "Volumes": list, "Warnings": [] }))
-}
-
-fn inspect_volume(shared: &Shared, name: &str) -> Response<Body> {
-    let st = shared.lock();
-    match st.volumes.get(name) {
-        Some((p, l)) => reply(200, volume_json(name, p, l)),
-        None => error(404, format!("get {name}: no such volume")),
-    }
-}
-
-fn remove_volume(shared: &Shared, name: &str) -> Response<Body> {
-    let mut st = shared.lock();
-    if st
-        .containers
-        .values()
-        .any(|c| c.mounts.iter().any(|m| m.name.as_deref() == Some(name)))
-    {
-        return error(409, format!("remove {name}: volume is in use"));
-    }
-    match st.volumes.remove(name) {
-        Some((p, _)) => {
-            let _ = std::fs::remove_dir_all(p);
-            no_content()
-        }
-        None => error(404, format!("get {name}: no such volume")),
-    }
 }
 
 pub(crate) fn push_upload(st: &mut State, u: Upload) {
