@@ -2,6 +2,8 @@
 //!
 //! A scripted OpenAI-compatible endpoint that listens on `127.0.0.1:0`, streams real SSE from a
 //! script and records every request it received, and helpers around the official `ahp` client.
+//! [`FakeEngine`] serves the part of the Docker Engine API that `@ahpd/computer` uses, in
+//! process on a unix socket, so machines can be tested where no container engine runs.
 //! It depends on no project crate, so any crate can use it as a dev-dependency.
 //!
 //! ```no_run
