@@ -274,11 +274,11 @@ impl Machines {
         Ok((spec, profile))
     }
 
-    /// Makes the image present, or says why it cannot be.
-    async fn ensure_image(&self, image: &str) -> Result<(), ComputerError> {
+    /// Makes the image present, or says why it cannot be; its `Config.User` when it names one.
+    async fn ensure_image(&self, image: &str) -> Result<Option<String>, ComputerError> {
         let docker = self.engine.docker().await?;
         match docker.inspect_image(image).await {
-            Ok(_) => return Ok(()),
+            Ok(i) => return Ok(i.config.and_then(|c| c.user).filter(|u| !u.is_empty())),
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(ComputerError::Failed(words(&e))),
         }
@@ -301,7 +301,13 @@ impl Machines {
                 ComputerError::Failed(format!("cannot pull the image {image}: {}", words(&e)))
             })?;
         }
-        Ok(())
+        Ok(docker
+            .inspect_image(image)
+            .await
+            .ok()
+            .and_then(|i| i.config)
+            .and_then(|c| c.user)
+            .filter(|u| !u.is_empty()))
     }
 
     /// Makes a machine: counted against `max`, created, seeded and started. A failure leaves
@@ -321,7 +327,9 @@ impl Machines {
             )));
         }
         let docker = self.engine.docker().await?;
-        self.ensure_image(&spec.image).await?;
+        // Seeded files belong to the machine's user: the option's, else the image's own.
+        let image_user = self.ensure_image(&spec.image).await?;
+        let seed_user = spec.user.clone().or(image_user);
         let mode = profile.map(|p| p.state).unwrap_or_default();
         let provider = spec.agents.first().cloned().unwrap_or_default();
         let fixed = needs::fix(
@@ -421,7 +429,7 @@ impl Machines {
                 docker,
                 &spec.image,
                 &entry,
-                spec.user.as_deref(),
+                seed_user.as_deref(),
                 &fixed.volumes,
                 &volume_labels,
             )

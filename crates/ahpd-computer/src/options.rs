@@ -306,7 +306,9 @@ pub fn schema() -> Value {
         "additionalProperties": {
             "anyOf": [
                 { "type": "string" },
-                { "type": "object", "properties": { "$secret": { "type": "string" } },
+                // Only the host's vault exists in this version, so another scope is an error
+                // at load rather than a plugin waiting for configuration.
+                { "type": "object", "properties": { "$secret": { "type": "string", "pattern": "^host:" } },
                   "required": ["$secret"], "additionalProperties": false }
             ]
         }

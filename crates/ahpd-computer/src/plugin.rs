@@ -82,8 +82,20 @@ impl Plugin for ComputerPlugin {
         "Computer"
     }
 
+    // Shown by `ahpd plugin config`; `engine` has none, as it is found when unset.
     fn defaults(&self) -> Value {
-        json!({})
+        json!({
+            "runtime": "docker",
+            "image": crate::DEFAULT_IMAGE,
+            "pull": "missing",
+            "secretUnreadable": "fail",
+            "max": 3,
+            "prefix": "ahpd-computer",
+            "disposableDelay": 300_000,
+            "bodyMounts": false,
+            "sessionDefault": "",
+            "startTimeoutMs": 30_000
+        })
     }
 
     fn options_schema(&self) -> Value {

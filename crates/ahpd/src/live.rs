@@ -164,12 +164,30 @@ impl Agent for Tracked {
         Ok(Box::new(TrackedSession { slot, backend_id }))
     }
 
+    // The machine methods pass through too: without them a session asking for a machine got
+    // the no-plugin sentence for an agent that cannot run nested.
+    fn runs_nested(&self) -> bool {
+        self.inner.runs_nested()
+    }
+
+    fn machine_refusal(&self, value: &str) -> String {
+        self.inner.machine_refusal(value)
+    }
+
+    fn machine(&self) -> std::collections::BTreeMap<String, ahpd_sdk::machine::MachineNeed> {
+        self.inner.machine()
+    }
+
     async fn probe(&self) -> Probe {
         self.inner.probe().await
     }
 
     async fn list(&self) -> Vec<PastSession> {
         self.inner.list().await
+    }
+
+    async fn unfinished(&self, id: &str) -> bool {
+        self.inner.unfinished(id).await
     }
 
     async fn find(&self, id: &str) -> Option<PastSession> {

@@ -16,6 +16,9 @@ const FRAME_LOGGERS: &[&str] = &[
     "axum",
     "tower_http",
     "reqwest",
+    // The engine client logs request bodies at debug and trace, and an inner host's start
+    // carries need values (keys among them) in its exec request.
+    "bollard",
 ];
 
 /// Installs the subscriber. `default` is the filter when `RUST_LOG` is unset (`info` for the

@@ -55,6 +55,9 @@ pub fn read_object(file: &Path, required: bool) -> Result<Option<Map<String, Val
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
+        // A file where a folder of the path should be (a HOME that is not a folder, as in a
+        // machine) means the optional file cannot exist either.
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory && !required => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ConfigError::File {
                 file: file.to_path_buf(),

@@ -119,7 +119,8 @@ fn record_schema() -> Value {
         "properties": {
             "apiKey": {"type": "string", "writeOnly": true, "title": "API key (unused)"},
             "delayMs": {"type": "integer", "minimum": 0, "maximum": 60000, "title": "Pause between deltas"},
-            "closeHangs": {"type": "boolean", "title": "Sessions never finish closing (tests only)"}
+            "closeHangs": {"type": "boolean", "title": "Sessions never finish closing (tests only)"},
+            "hostOnly": {"type": "boolean", "title": "Never runs in a machine (tests only)"}
         },
         "additionalProperties": false
     })
@@ -135,7 +136,7 @@ impl Engine for EchoEngine {
     }
 
     fn host_only_fields(&self) -> Vec<String> {
-        vec!["delayMs".into(), "closeHangs".into()]
+        vec!["delayMs".into(), "closeHangs".into(), "hostOnly".into()]
     }
 
     fn template(&self) -> JsonObject {
@@ -173,11 +174,17 @@ impl Engine for EchoEngine {
             .get("closeHangs")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        let nested = !record
+            .config
+            .get("hostOnly")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(Arc::new(EchoAgent {
             descriptor,
             store: self.store.clone(),
             delay: Duration::from_millis(delay),
             close_hangs,
+            nested,
         }))
     }
 }
@@ -201,6 +208,8 @@ struct EchoAgent {
     store: PathBuf,
     delay: Duration,
     close_hangs: bool,
+    /// Whether it runs nested in a machine, as cofold does (the record's `hostOnly` turns it off).
+    nested: bool,
 }
 
 fn conversation_path(store: &Path, id: &str) -> Option<PathBuf> {
@@ -221,6 +230,11 @@ fn read_conversation(store: &Path, id: &str) -> Option<Conversation> {
 impl Agent for EchoAgent {
     fn descriptor(&self) -> AgentDescriptor {
         self.descriptor.clone()
+    }
+
+    // Runs nested like cofold, so machine tests can carry echo sessions into an inner host.
+    fn runs_nested(&self) -> bool {
+        self.nested
     }
 
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
