@@ -2,6 +2,7 @@
 //! disposable timers), starting inner hosts over exec streams, and adoption after a restart.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,11 +25,18 @@ use crate::machines::{Machines, label};
 use crate::needs;
 use crate::options::StateMode;
 
+/// Armed removals by machine: a ticket (so a superseded timer knows it) and its task.
+type Timers = Arc<Mutex<HashMap<String, (u64, AbortHandle)>>>;
+
 /// The plugin's machines as the host sees them.
 pub struct Computers {
     pub(crate) m: Arc<Machines>,
     sessions: Mutex<HashMap<String, BTreeSet<String>>>,
-    timers: Mutex<HashMap<String, AbortHandle>>,
+    timers: Timers,
+    /// Read-held by each removal under way, so a shutdown can wait for them all.
+    removing: Arc<tokio::sync::RwLock<()>>,
+    tickets: AtomicU64,
+    closing: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -41,7 +49,10 @@ impl Computers {
         Self {
             m,
             sessions: Mutex::new(HashMap::new()),
-            timers: Mutex::new(HashMap::new()),
+            timers: Arc::default(),
+            removing: Arc::default(),
+            tickets: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -51,28 +62,60 @@ impl Computers {
     }
 
     fn disarm(&self, id: &str) {
-        if let Some(t) = lock(&self.timers).remove(id) {
+        if let Some((_, t)) = lock(&self.timers).remove(id) {
             t.abort();
         }
     }
 
     /// Arms the removal of a disposable machine after its profile's delay.
     fn arm(&self, id: &str, profile: Option<&str>) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
         let delay = profile
             .and_then(|p| self.m.opts.profiles.get(p))
             .and_then(|p| p.disposable_delay)
             .unwrap_or(self.m.opts.disposable_delay);
         let m = self.m.clone();
         let machine = id.to_owned();
+        let timers = self.timers.clone();
+        let removing = self.removing.clone();
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst);
+        // Held while spawning, so the task cannot look for its entry before it is there.
+        let mut armed = lock(&self.timers);
         let task = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(delay)).await;
+            let _under_way = removing.read_owned().await;
+            // Fires only while still armed: a disarm or a shutdown took the entry first.
+            let mine = {
+                let mut t = lock(&timers);
+                let mine = t.get(&machine).is_some_and(|(n, _)| *n == ticket);
+                if mine {
+                    t.remove(&machine);
+                }
+                mine
+            };
+            if !mine {
+                return;
+            }
             if let Err(e) = m.remove(&machine).await {
                 tracing::warn!(machine = %machine, "cannot remove the disposable computer://{machine}: {e}");
             }
         });
-        if let Some(old) = lock(&self.timers).insert(id.to_owned(), task.abort_handle()) {
+        if let Some((_, old)) = armed.insert(id.to_owned(), (ticket, task.abort_handle())) {
             old.abort();
         }
+    }
+
+    /// At the daemon's stop: armed removals are cleared, not fired, and those under way are
+    /// awaited. Nothing is armed afterwards.
+    pub async fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let armed: Vec<(u64, AbortHandle)> = lock(&self.timers).drain().map(|(_, t)| t).collect();
+        for (_, task) in armed {
+            task.abort();
+        }
+        let _all_done = self.removing.write().await;
     }
 
     async fn prepare_existing(
@@ -431,6 +474,10 @@ impl ComputerPort for Computers {
         self.start(id, start).await.map_err(|e| e.to_string())
     }
 
+    async fn shutdown(&self) {
+        self.close().await;
+    }
+
     async fn adopt(&self, kept: Vec<KeptSession>) {
         let list = match self.m.list().await {
             Ok(l) => l,
@@ -459,8 +506,10 @@ impl ComputerPort for Computers {
             };
             let holders: Vec<&KeptSession> = kept.iter().filter(|k| k.machine == id).collect();
             if holders.is_empty() {
+                tracing::info!(machine = %id, "computer://{id} has no kept session: it goes after its delay");
                 self.arm(&id, Some(profile));
             } else {
+                tracing::info!(machine = %id, "computer://{id} is held for its kept session");
                 let mut s = lock(&self.sessions);
                 let set = s.entry(id.clone()).or_default();
                 set.extend(holders.iter().map(|k| k.session.clone()));

@@ -336,4 +336,8 @@ pub trait ComputerPort: Send + Sync + 'static {
 
     /// After a restart: the kept sessions that name machines.
     async fn adopt(&self, kept: Vec<KeptSession>);
+
+    /// The daemon is stopping, its sessions closed: pending work is settled (armed removals
+    /// cleared, removals under way awaited). Nothing by default.
+    async fn shutdown(&self) {}
 }
