@@ -5,6 +5,7 @@ mod config;
 mod crash;
 mod daemon;
 mod machines_docker;
+mod machines_docker_cases;
 mod machines_nested;
 mod mcp;
 mod plugins;
