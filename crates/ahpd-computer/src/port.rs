@@ -504,7 +504,11 @@ impl ComputerPort for Computers {
             let Some(profile) = labels.get(label::DISPOSABLE) else {
                 continue;
             };
-            let holders: Vec<&KeptSession> = kept.iter().filter(|k| k.machine == id).collect();
+            let made_for = labels.get(label::SESSION);
+            let holders: Vec<&KeptSession> = kept
+                .iter()
+                .filter(|k| k.machine == id || made_for == Some(&k.session))
+                .collect();
             if holders.is_empty() {
                 tracing::info!(machine = %id, "computer://{id} has no kept session: it goes after its delay");
                 self.arm(&id, Some(profile));

@@ -308,7 +308,8 @@ impl std::fmt::Debug for InnerProcess {
 pub struct KeptSession {
     /// The session's URI.
     pub session: String,
-    /// The machine's id.
+    /// The machine's id; empty when the record still names a disposable profile, whose
+    /// machine carries the session in a label.
     pub machine: String,
 }
 
