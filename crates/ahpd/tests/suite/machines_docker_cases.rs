@@ -531,7 +531,7 @@ fn case_44_stop_is_prompt_and_orphans_are_reaped() {
             return;
         };
         bed.make("box", json!({})).await.expect("make box");
-        let (_, code) = exec(&bed.docker, "box", &["sh", "-c", "sleep 1 &"]).await;
+        let (_, code) = exec(&bed.docker, "box", &["sh", "-c", "sleep 1 >/dev/null 2>&1 &"]).await;
         assert_eq!(code, 0);
         until(
             "the background sleep to end",
