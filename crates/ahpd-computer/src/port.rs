@@ -1,15 +1,17 @@
 //! The host's side of machines: preparing one for a session, entering and leaving it (with the
 //! disposable timers), starting inner hosts over exec streams, and adoption after a restart.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ahpd_sdk::Agent;
 use ahpd_sdk::ahp_types::commands::SessionConfigValueItem;
 use ahpd_sdk::ahp_types::state::SessionConfigPropertySchema;
 use ahpd_sdk::machine::{
-    ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, PrepareRequest,
+    ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, MachineNeed,
+    PrepareRequest,
 };
 use async_trait::async_trait;
 use bollard::container::LogOutput;
@@ -37,6 +39,8 @@ pub struct Computers {
     removing: Arc<tokio::sync::RwLock<()>>,
     tickets: AtomicU64,
     closing: AtomicBool,
+    /// The host's agents that run nested, for machines made by a client's write.
+    nested: Mutex<Vec<Arc<dyn Agent>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -53,7 +57,31 @@ impl Computers {
             removing: Arc::default(),
             tickets: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            nested: Mutex::new(Vec::new()),
         }
+    }
+
+    /// What a machine made by a write is prepared for: the providers named (by the body or
+    /// the profile), else every agent that runs nested; with those agents' needs, read now.
+    pub(crate) fn prepared_for(
+        &self,
+        named: Option<Vec<String>>,
+    ) -> (Vec<String>, BTreeMap<String, MachineNeed>) {
+        let nested = lock(&self.nested).clone();
+        let providers = named.unwrap_or_else(|| {
+            nested
+                .iter()
+                .map(|a| a.descriptor().provider)
+                .collect::<Vec<_>>()
+        });
+        let mut needs = BTreeMap::new();
+        for a in nested
+            .iter()
+            .filter(|a| providers.contains(&a.descriptor().provider))
+        {
+            needs.extend(a.machine());
+        }
+        (providers, needs)
     }
 
     /// How many sessions are in each machine now.
@@ -476,6 +504,10 @@ impl ComputerPort for Computers {
 
     async fn shutdown(&self) {
         self.close().await;
+    }
+
+    fn nested_agents(&self, agents: Vec<Arc<dyn Agent>>) {
+        *lock(&self.nested) = agents;
     }
 
     async fn adopt(&self, kept: Vec<KeptSession>) {

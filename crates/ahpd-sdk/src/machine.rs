@@ -341,4 +341,9 @@ pub trait ComputerPort: Send + Sync + 'static {
     /// The daemon is stopping, its sessions closed: pending work is settled (armed removals
     /// cleared, removals under way awaited). Nothing by default.
     async fn shutdown(&self) {}
+
+    /// The host's agents that run nested, each time they change, so a machine made without a
+    /// session (a client's write) is prepared for them and gets their needs, asked when it is
+    /// made. Nothing by default.
+    fn nested_agents(&self, _agents: Vec<std::sync::Arc<dyn crate::agent::Agent>>) {}
 }
