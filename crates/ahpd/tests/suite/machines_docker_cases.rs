@@ -18,14 +18,15 @@ use testkit::{Endpoint, Reply, chunk};
 use super::machines_docker::{Guard, KEY, configure, engine, glibc_image, import, until};
 use super::support::{Daemon, Env, client, rt};
 
-/// One test's daemon, engine and model endpoint.
+/// One test's daemon, engine and model endpoint. Fields drop in order: the daemon stops, the
+/// guard sweeps (reading the host id from the folder), then the folder goes.
 struct Bed {
-    docker: Docker,
+    client: Client,
+    daemon: Daemon,
+    _guard: Guard,
     env: Env,
     endpoint: Endpoint,
-    daemon: Daemon,
-    client: Client,
-    _guard: Guard,
+    docker: Docker,
 }
 
 /// A scripted endpoint that answers `shell_exec` of `command` once, then `done` forever.
@@ -64,12 +65,12 @@ impl Bed {
         let daemon = env.daemon(&["--port", "0"], "machines.log");
         let (client, _) = client(&daemon.address).await;
         Some(Bed {
-            docker,
+            client,
+            daemon,
+            _guard: guard,
             env,
             endpoint,
-            daemon,
-            client,
-            _guard: guard,
+            docker,
         })
     }
 
@@ -531,7 +532,12 @@ fn case_44_stop_is_prompt_and_orphans_are_reaped() {
             return;
         };
         bed.make("box", json!({})).await.expect("make box");
-        let (_, code) = exec(&bed.docker, "box", &["sh", "-c", "sleep 1 >/dev/null 2>&1 &"]).await;
+        let (_, code) = exec(
+            &bed.docker,
+            "box",
+            &["sh", "-c", "sleep 1 >/dev/null 2>&1 &"],
+        )
+        .await;
         assert_eq!(code, 0);
         until(
             "the background sleep to end",
