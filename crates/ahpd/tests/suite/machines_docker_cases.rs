@@ -691,9 +691,15 @@ fn case_46_session_folder_writes_through_and_git_is_read_only() {
             "inside\n",
             "{text}"
         );
-        assert!(text.contains(&repo.display().to_string()), "the command ran in the folder: {text}");
-        assert!(text.contains("REFUSED"), "{text}");
-        assert!(!text.contains("WROTE"), "{text}");
+        // The command's output, not its text (which names both words).
+        let output = actions
+            .iter()
+            .find(|a| a["type"] == "chat/toolCallComplete")
+            .map(|a| a["result"]["content"].to_string())
+            .unwrap_or_default();
+        assert!(output.contains(&repo.display().to_string()), "the command ran in the folder: {text}");
+        assert!(output.contains("REFUSED"), "{output}");
+        assert!(!output.contains("WROTE"), "{output}");
         assert!(!repo.join(".git").join("planted").exists());
     });
 }
