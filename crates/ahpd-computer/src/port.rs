@@ -357,6 +357,18 @@ impl Machines {
         {
             end.code = x.exit_code;
         }
+        // A host killed by a signal is often its machine being killed, which the engine may
+        // not report yet: its own wait says when the machine is down, bounded in case the
+        // machine lives on.
+        if end.code.is_some_and(|c| c > 128) {
+            let mut down = docker.wait_container(
+                id,
+                Some(bollard::query_parameters::WaitContainerOptions {
+                    condition: "not-running".into(),
+                }),
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(2), down.next()).await;
+        }
         if let Ok(c) = docker.inspect_container(id, None).await
             && let Some(s) = c.state
             && s.running != Some(true)
