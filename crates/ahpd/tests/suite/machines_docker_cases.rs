@@ -461,7 +461,7 @@ fn case_43_machine_killed_during_a_turn_then_resumed() {
         let failed_after = killed_at.map(|t| t.elapsed());
         let text = serde_json::to_string(&actions).unwrap();
         assert!(ended_with(&actions, "chat/error"), "{text}\n{}", bed.log());
-        let message = actions.last().unwrap()["error"]["message"]
+        let message = actions.last().unwrap()["part"]["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
