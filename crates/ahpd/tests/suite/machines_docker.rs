@@ -328,5 +328,11 @@ fn disposable_session_runs_its_tools_in_a_container() {
             docker.inspect_container(&machine, None).await.is_err()
         })
         .await;
+        // The conversation inside was disposed before the machine was let go.
+        assert!(
+            !daemon.log_text().contains("was not disposed"),
+            "{}",
+            daemon.log_text()
+        );
     });
 }
