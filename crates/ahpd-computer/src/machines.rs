@@ -437,7 +437,8 @@ impl Machines {
             docker
                 .start_container(&spec.id, None)
                 .await
-                .map_err(|e| self.start_error(&spec.image, &e))
+                .map_err(|e| self.start_error(&spec.image, &e))?;
+            crate::started::check(docker, &spec.id, &spec.image, &entry).await
         };
         if let Err(e) = started.await {
             let _ = self.remove(&spec.id).await;
@@ -480,15 +481,7 @@ impl Machines {
 
     /// The sentence of a failed start: an image that cannot run the build gets the glibc one.
     fn start_error(&self, image: &str, e: &bollard::errors::Error) -> ComputerError {
-        let w = words(e);
-        if w.contains("no such file or directory") || w.contains("exec format error") {
-            return ComputerError::Failed(format!(
-                "the image {image} cannot run ahpd: {w}; use an image built on glibc {} or newer for {}, such as Debian or Ubuntu (not Alpine or busybox)",
-                crate::binary::GLIBC,
-                std::env::consts::ARCH
-            ));
-        }
-        ComputerError::Failed(format!("cannot start a machine of {image}: {w}"))
+        crate::started::start_sentence(image, &words(e))
     }
 
     /// Removes a machine by force, with its volumes made for it alone.
@@ -546,6 +539,15 @@ impl Machines {
             .start_container(id, None)
             .await
             .map_err(|e| self.start_error(&image, &e))?;
+        let entry = format!(
+            "{BIN_DIR}/{}",
+            c.config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(label::INIT))
+                .unwrap_or(&self.build.file)
+        );
+        crate::started::check(docker, id, &image, &entry).await?;
         self.inspect(id).await
     }
 

@@ -1,14 +1,17 @@
 //! The host's side of machines: preparing one for a session, entering and leaving it (with the
 //! disposable timers), starting inner hosts over exec streams, and adoption after a restart.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ahpd_sdk::Agent;
 use ahpd_sdk::ahp_types::commands::SessionConfigValueItem;
 use ahpd_sdk::ahp_types::state::SessionConfigPropertySchema;
 use ahpd_sdk::machine::{
-    ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, PrepareRequest,
+    ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, MachineNeed,
+    PrepareRequest,
 };
 use async_trait::async_trait;
 use bollard::container::LogOutput;
@@ -24,11 +27,20 @@ use crate::machines::{Machines, label};
 use crate::needs;
 use crate::options::StateMode;
 
+/// Armed removals by machine: a ticket (so a superseded timer knows it) and its task.
+type Timers = Arc<Mutex<HashMap<String, (u64, AbortHandle)>>>;
+
 /// The plugin's machines as the host sees them.
 pub struct Computers {
     pub(crate) m: Arc<Machines>,
     sessions: Mutex<HashMap<String, BTreeSet<String>>>,
-    timers: Mutex<HashMap<String, AbortHandle>>,
+    timers: Timers,
+    /// Read-held by each removal under way, so a shutdown can wait for them all.
+    removing: Arc<tokio::sync::RwLock<()>>,
+    tickets: AtomicU64,
+    closing: AtomicBool,
+    /// The host's agents that run nested, for machines made by a client's write.
+    nested: Mutex<Vec<Arc<dyn Agent>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -41,8 +53,35 @@ impl Computers {
         Self {
             m,
             sessions: Mutex::new(HashMap::new()),
-            timers: Mutex::new(HashMap::new()),
+            timers: Arc::default(),
+            removing: Arc::default(),
+            tickets: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            nested: Mutex::new(Vec::new()),
         }
+    }
+
+    /// What a machine made by a write is prepared for: the providers named (by the body or
+    /// the profile), else every agent that runs nested; with those agents' needs, read now.
+    pub(crate) fn prepared_for(
+        &self,
+        named: Option<Vec<String>>,
+    ) -> (Vec<String>, BTreeMap<String, MachineNeed>) {
+        let nested = lock(&self.nested).clone();
+        let providers = named.unwrap_or_else(|| {
+            nested
+                .iter()
+                .map(|a| a.descriptor().provider)
+                .collect::<Vec<_>>()
+        });
+        let mut needs = BTreeMap::new();
+        for a in nested
+            .iter()
+            .filter(|a| providers.contains(&a.descriptor().provider))
+        {
+            needs.extend(a.machine());
+        }
+        (providers, needs)
     }
 
     /// How many sessions are in each machine now.
@@ -51,28 +90,60 @@ impl Computers {
     }
 
     fn disarm(&self, id: &str) {
-        if let Some(t) = lock(&self.timers).remove(id) {
+        if let Some((_, t)) = lock(&self.timers).remove(id) {
             t.abort();
         }
     }
 
     /// Arms the removal of a disposable machine after its profile's delay.
     fn arm(&self, id: &str, profile: Option<&str>) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
         let delay = profile
             .and_then(|p| self.m.opts.profiles.get(p))
             .and_then(|p| p.disposable_delay)
             .unwrap_or(self.m.opts.disposable_delay);
         let m = self.m.clone();
         let machine = id.to_owned();
+        let timers = self.timers.clone();
+        let removing = self.removing.clone();
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst);
+        // Held while spawning, so the task cannot look for its entry before it is there.
+        let mut armed = lock(&self.timers);
         let task = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(delay)).await;
+            let _under_way = removing.read_owned().await;
+            // Fires only while still armed: a disarm or a shutdown took the entry first.
+            let mine = {
+                let mut t = lock(&timers);
+                let mine = t.get(&machine).is_some_and(|(n, _)| *n == ticket);
+                if mine {
+                    t.remove(&machine);
+                }
+                mine
+            };
+            if !mine {
+                return;
+            }
             if let Err(e) = m.remove(&machine).await {
                 tracing::warn!(machine = %machine, "cannot remove the disposable computer://{machine}: {e}");
             }
         });
-        if let Some(old) = lock(&self.timers).insert(id.to_owned(), task.abort_handle()) {
+        if let Some((_, old)) = armed.insert(id.to_owned(), (ticket, task.abort_handle())) {
             old.abort();
         }
+    }
+
+    /// At the daemon's stop: armed removals are cleared, not fired, and those under way are
+    /// awaited. Nothing is armed afterwards.
+    pub async fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let armed: Vec<(u64, AbortHandle)> = lock(&self.timers).drain().map(|(_, t)| t).collect();
+        for (_, task) in armed {
+            task.abort();
+        }
+        let _all_done = self.removing.write().await;
     }
 
     async fn prepare_existing(
@@ -286,6 +357,18 @@ impl Machines {
         {
             end.code = x.exit_code;
         }
+        // A host killed by a signal is often its machine being killed, which the engine may
+        // not report yet: its own wait says when the machine is down, bounded in case the
+        // machine lives on.
+        if end.code.is_some_and(|c| c > 128) {
+            let mut down = docker.wait_container(
+                id,
+                Some(bollard::query_parameters::WaitContainerOptions {
+                    condition: "not-running".into(),
+                }),
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(2), down.next()).await;
+        }
         if let Ok(c) = docker.inspect_container(id, None).await
             && let Some(s) = c.state
             && s.running != Some(true)
@@ -431,6 +514,14 @@ impl ComputerPort for Computers {
         self.start(id, start).await.map_err(|e| e.to_string())
     }
 
+    async fn shutdown(&self) {
+        self.close().await;
+    }
+
+    fn nested_agents(&self, agents: Vec<Arc<dyn Agent>>) {
+        *lock(&self.nested) = agents;
+    }
+
     async fn adopt(&self, kept: Vec<KeptSession>) {
         let list = match self.m.list().await {
             Ok(l) => l,
@@ -457,10 +548,16 @@ impl ComputerPort for Computers {
             let Some(profile) = labels.get(label::DISPOSABLE) else {
                 continue;
             };
-            let holders: Vec<&KeptSession> = kept.iter().filter(|k| k.machine == id).collect();
+            let made_for = labels.get(label::SESSION);
+            let holders: Vec<&KeptSession> = kept
+                .iter()
+                .filter(|k| k.machine == id || made_for == Some(&k.session))
+                .collect();
             if holders.is_empty() {
+                tracing::info!(machine = %id, "computer://{id} has no kept session: it goes after its delay");
                 self.arm(&id, Some(profile));
             } else {
+                tracing::info!(machine = %id, "computer://{id} is held for its kept session");
                 let mut s = lock(&self.sessions);
                 let set = s.entry(id.clone()).or_default();
                 set.extend(holders.iter().map(|k| k.session.clone()));

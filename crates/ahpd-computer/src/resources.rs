@@ -155,13 +155,24 @@ impl ComputerResources {
                 "computer://{id} exists already"
             )));
         }
-        let (spec, profile) = self.0.m.spec(id, &body, Vec::new())?;
-        // Needs come from the agents the machine is prepared for; the host passes them only
-        // with a session, so a machine made by a write gets its mounts, not agent needs.
-        self.0
-            .m
-            .make(spec, profile.as_ref(), &Default::default())
-            .await
+        let named = match body.get("agents") {
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            _ => body
+                .get("profile")
+                .and_then(Value::as_str)
+                .and_then(|p| self.0.m.opts.profiles.get(p))
+                .and_then(|p| p.agents.clone()),
+        };
+        // Prepared, needs included, for the agents it names or every agent that runs nested,
+        // so a session of one of them finds its state and configuration there.
+        let (agents, needs) = self.0.prepared_for(named);
+        let (spec, profile) = self.0.m.spec(id, &body, agents)?;
+        self.0.m.make(spec, profile.as_ref(), &needs).await
     }
 }
 

@@ -20,8 +20,12 @@ use crate::ComputerError;
 use crate::engine::words;
 use crate::needs::{Volume, expand};
 
-/// Where the helper mounts the volume.
+/// Where the helper mounts the volume, and the folder above it that tars are written into:
+/// an entry for `state` itself is the only way to set the owner of the volume's top folder
+/// (the engine ignores a `.` entry).
 const AT: &str = "/ahpd-seed/state";
+const ABOVE: &str = "/ahpd-seed";
+const TOP: &str = "state";
 /// The marks file inside the volume.
 const MARKS: &str = ".ahpd-seed.json";
 
@@ -156,7 +160,17 @@ async fn seed_one(
         .await
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(json!({}));
-    let who = owner(docker, helper, user).await;
+    // Without a user option, the machine user is the image's (`Config.User`), which the
+    // helper, made from the same image, carries.
+    let image_user = match user {
+        Some(_) => None,
+        None => docker
+            .inspect_container(helper, None)
+            .await
+            .ok()
+            .and_then(|c| c.config?.user),
+    };
+    let who = owner(docker, helper, user.or(image_user.as_deref())).await;
     let mut marks = old.as_object().cloned().unwrap_or_default();
     let mut builder = tar::Builder::new(Vec::new());
     let mut changed = false;
@@ -177,7 +191,7 @@ async fn seed_one(
             let data = std::fs::read(&path).map_err(|e| {
                 ComputerError::Failed(format!("cannot read the seed {}: {e}", path.display()))
             })?;
-            append(&mut builder, &target, &data, who, 0o600)?;
+            append(&mut builder, &format!("{TOP}/{target}"), &data, who, 0o600)?;
             changed = true;
         } else {
             tracing::info!(volume = %v.name, "the seed {} is not a file; folders are not seeded in this version", path.display());
@@ -188,7 +202,22 @@ async fn seed_one(
         return Ok(());
     }
     let text = serde_json::to_vec_pretty(&marks).unwrap_or_default();
-    append(&mut builder, MARKS, &text, who, 0o600)?;
+    append(&mut builder, &format!("{TOP}/{MARKS}"), &text, who, 0o600)?;
+    // The volume's top folder too, so the machine user may write its state beside the seeds.
+    let mut top = tar::Header::new_gnu();
+    top.set_entry_type(tar::EntryType::Directory);
+    top.set_size(0);
+    top.set_mode(0o755);
+    top.set_uid(who.uid);
+    top.set_gid(who.gid);
+    top.set_mtime(
+        std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    );
+    builder
+        .append_data(&mut top, TOP, std::io::empty())
+        .map_err(|e| ComputerError::Failed(e.to_string()))?;
     let tar = builder
         .into_inner()
         .map_err(|e| ComputerError::Failed(e.to_string()))?;
@@ -196,7 +225,7 @@ async fn seed_one(
         .upload_to_container(
             helper,
             Some(UploadToContainerOptions {
-                path: AT.to_owned(),
+                path: ABOVE.to_owned(),
                 ..Default::default()
             }),
             bollard::body_full(tar.into()),

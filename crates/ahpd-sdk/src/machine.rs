@@ -308,7 +308,8 @@ impl std::fmt::Debug for InnerProcess {
 pub struct KeptSession {
     /// The session's URI.
     pub session: String,
-    /// The machine's id.
+    /// The machine's id; empty when the record still names a disposable profile, whose
+    /// machine carries the session in a label.
     pub machine: String,
 }
 
@@ -336,4 +337,13 @@ pub trait ComputerPort: Send + Sync + 'static {
 
     /// After a restart: the kept sessions that name machines.
     async fn adopt(&self, kept: Vec<KeptSession>);
+
+    /// The daemon is stopping, its sessions closed: pending work is settled (armed removals
+    /// cleared, removals under way awaited). Nothing by default.
+    async fn shutdown(&self) {}
+
+    /// The host's agents that run nested, each time they change, so a machine made without a
+    /// session (a client's write) is prepared for them and gets their needs, asked when it is
+    /// made. Nothing by default.
+    fn nested_agents(&self, _agents: Vec<std::sync::Arc<dyn crate::agent::Agent>>) {}
 }

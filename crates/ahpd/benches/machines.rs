@@ -3,7 +3,9 @@
 //! baseline measured in the same run. Skipped (with a line) where no engine answers.
 //!
 //! `cargo bench -p ahpd --bench machines` (release build). `AHPD_BENCH_SAMPLES` sets the
-//! number of warm samples (default 10; cold ones are half as many).
+//! number of warm samples (default 10; cold ones are half as many). `nested_turn_overhead`
+//! needs the fake engine of `testkit`, which this bench does not use yet: it prints that it is
+//! skipped. Every container and volume the bench's daemon made is removed at the end.
 
 #![allow(clippy::unwrap_used)]
 
@@ -80,7 +82,24 @@ async fn image(docker: &Docker) -> String {
 struct Daemon {
     child: Child,
     address: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn host_id(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("xdg/ahpd/host-id"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    /// SIGTERM and wait, as a person's stop.
+    fn stop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Daemon {
@@ -90,8 +109,13 @@ impl Drop for Daemon {
     }
 }
 
-fn daemon(image: &str) -> Daemon {
+fn daemon(image: &str, endpoint: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
+    spawn(dir, image, endpoint)
+}
+
+/// Starts the daemon in `dir` (configuring it first when it has no configuration yet).
+fn spawn(dir: tempfile::TempDir, image: &str, endpoint: &str) -> Daemon {
     let xdg = dir.path().join("xdg");
     std::fs::create_dir_all(xdg.join("ahpd")).unwrap();
     std::fs::create_dir_all(xdg.join("copapo")).unwrap();
@@ -101,7 +125,8 @@ fn daemon(image: &str) -> Daemon {
         json!({ "plugins": [
             { "name": "@ahpd/agent-cofold", "options": { "memory": true } },
             { "name": "@ahpd/computer", "options": {
-                "image": image, "pull": "never", "network": "host", "max": 20,
+                "image": image, "pull": "never", "network": "host", "max": 40,
+                "needs": { "cofoldBaseUrl": endpoint, "cofoldApiKey": "bench-key", "cofoldModel": "m1" },
                 "profiles": { "cold": { "disposable": true, "disposableDelay": 0 } } } }
         ]})
         .to_string(),
@@ -130,13 +155,21 @@ fn daemon(image: &str) -> Daemon {
     Daemon {
         child,
         address,
-        _dir: dir,
+        dir,
     }
 }
 
 async fn connect(address: &str) -> Client {
     let t = WebSocketTransport::connect(address).await.unwrap();
-    let c = Client::connect(t, ClientConfig::default()).await.unwrap();
+    let c = Client::connect(
+        t,
+        ClientConfig {
+            subscription_buffer: 4096,
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .unwrap();
     c.initialize("bench".into(), vec!["1.0.0".into()], vec![])
         .await
         .unwrap();
@@ -149,7 +182,8 @@ async fn create(client: &Client, computer: &str) -> (String, Duration) {
     let r: Value = client
         .request(
             "createSession",
-            json!({ "channel": uri, "provider": "cofold", "config": { "computer": computer } }),
+            json!({ "channel": uri, "provider": "cofold",
+                    "config": { "computer": computer, "permissionMode": "bypassPermissions" } }),
         )
         .await
         .unwrap();
@@ -214,73 +248,282 @@ async fn baseline_exec(docker: &Docker, id: &str, build: &str) -> Duration {
     t.elapsed()
 }
 
+/// Starts a turn and waits for its first delta (ms to it), then for its end.
+async fn first_delta(client: &Client, session: &str, turn: &str) -> Option<f64> {
+    let chat = default_chat(session);
+    let (_, mut sub) = client.subscribe(chat.clone()).await.ok()?;
+    let t = Instant::now();
+    client
+        .notify(
+            "dispatchAction",
+            json!({ "channel": chat, "clientSeq": fastrand::u32(..), "action": {
+                "type": "chat/turnStarted", "turnId": turn,
+                "startedAt": jiff::Timestamp::now().to_string(),
+                "message": { "text": "hello", "origin": { "kind": "user" } },
+            }}),
+        )
+        .await
+        .ok()?;
+    let mut first = None;
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(ev) = sub.recv().await {
+            if let ahp::SubscriptionEvent::Action(env) = ev {
+                let v = serde_json::to_value(&env.action).unwrap_or(Value::Null);
+                if v["turnId"] != turn {
+                    continue;
+                }
+                match v["type"].as_str() {
+                    Some("chat/delta" | "chat/responsePart") if first.is_none() => {
+                        first = Some(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    Some("chat/turnComplete") => return true,
+                    Some("chat/error" | "chat/turnCancelled") => return false,
+                    _ => {}
+                }
+            }
+        }
+        false
+    })
+    .await;
+    match ended {
+        Ok(true) => first,
+        _ => None,
+    }
+}
+
+/// The default chat's URI of a session, as the daemon names it.
+fn default_chat(session: &str) -> String {
+    ahpd_sdk::util::default_chat_uri(session)
+}
+
+/// Removes every container and volume carrying the daemon's id.
+async fn sweep(docker: &Docker, host_id: &str) {
+    use bollard::query_parameters::{
+        ListContainersOptions, ListVolumesOptions, RemoveVolumeOptions,
+    };
+    if host_id.is_empty() {
+        return;
+    }
+    let mut filters = std::collections::HashMap::new();
+    filters.insert("label".to_owned(), vec![format!("ahpd.host={host_id}")]);
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters.clone()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_or_default();
+    for c in list.into_iter().filter_map(|c| c.id) {
+        let _ = docker
+            .remove_container(
+                &c,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+    }
+    let vols = docker
+        .list_volumes(Some(ListVolumesOptions {
+            filters: Some(filters),
+        }))
+        .await
+        .ok()
+        .and_then(|v| v.volumes)
+        .unwrap_or_default();
+    for v in vols {
+        let _ = docker
+            .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+            .await;
+    }
+}
+
+fn row(name: &str, value: f64, unit: &str, baseline_name: &str, baseline: f64, extra: &str) {
+    println!(
+        "{name:<20} {value:9.1} {unit}   baseline ({baseline_name}) {baseline:9.1} {unit}   ratio {:.2}x{extra}",
+        value / baseline
+    );
+}
+
+/// `nested_ready_cold`: disposable machines, each against create + start of the same image.
+async fn ready_cold(docker: &Docker, client: &Client, image: &str, n: usize) {
+    let mut cold = Vec::new();
+    let mut base = Vec::new();
+    for _ in 0..n {
+        base.push(baseline_start(docker, image).await.as_secs_f64() * 1e3);
+        let (uri, t) = create(client, "disposable:cold").await;
+        cold.push(t.as_secs_f64() * 1e3);
+        let _: Value = client
+            .request("disposeSession", json!({ "channel": uri }))
+            .await
+            .unwrap();
+    }
+    let (c, b) = (median(cold), median(base));
+    row(
+        "nested_ready_cold",
+        c,
+        "ms",
+        "create+start",
+        b,
+        &format!("   over baseline {:+.1} ms   median of {n}", c - b),
+    );
+}
+
+/// `nested_ready_warm`: sessions in one running machine, against an exec of `--version`
+/// there; the sessions stay open. The machine's id.
+async fn ready_warm(docker: &Docker, client: &Client, n: usize) -> Vec<String> {
+    let _: Value = client
+        .request(
+            "resourceWrite",
+            json!({ "channel": "ahp-root://", "uri": "computer://benchbox", "data": "{}",
+                    "encoding": "utf-8", "createOnly": true }),
+        )
+        .await
+        .unwrap();
+    let inspected = docker.inspect_container("benchbox", None).await.unwrap();
+    let build = format!(
+        "/opt/ahpd/bin/{}",
+        inspected.config.unwrap().labels.unwrap()["ahpd.init"]
+    );
+    let mut warm = Vec::new();
+    let mut base = Vec::new();
+    let mut sessions = Vec::new();
+    for _ in 0..n {
+        base.push(
+            baseline_exec(docker, "benchbox", &build)
+                .await
+                .as_secs_f64()
+                * 1e3,
+        );
+        let (uri, t) = create(client, "computer://benchbox").await;
+        warm.push(t.as_secs_f64() * 1e3);
+        sessions.push(uri);
+    }
+    row(
+        "nested_ready_warm",
+        median(warm),
+        "ms",
+        "exec --version",
+        median(base),
+        &format!("   median of {n}"),
+    );
+    sessions
+}
+
+/// `inner_idle_rss`: the inner hosts now open (one session each, no turn), against the
+/// outer daemon's idle memory read before any session.
+fn idle_rss(outer_idle_mb: f64) {
+    let inner: Vec<f64> = inner_pids()
+        .iter()
+        .map(|p| rss_kb(*p) as f64 / 1024.0)
+        .collect();
+    if inner.is_empty() {
+        println!("inner_idle_rss       skipped: no inner host process is visible from here");
+        return;
+    }
+    let sum: f64 = inner.iter().sum();
+    let n = inner.len();
+    row(
+        "inner_idle_rss",
+        median(inner),
+        "MB",
+        "outer daemon idle",
+        outer_idle_mb,
+        &format!("   {n} inner hosts in one machine: {sum:.1} MB in all"),
+    );
+}
+
+/// `nested_first_turn`: after a restart, a past nested session's first turn to its first
+/// delta, against the same turn on the sessions while they were open.
+async fn first_turn(d: &mut Daemon, sessions: &[String], image: &str, endpoint: &str) {
+    let client = connect(&d.address).await;
+    let mut base = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        match first_delta(&client, s, &format!("open{i}")).await {
+            Some(ms) => base.push(ms),
+            None => {
+                println!("nested_first_turn    skipped: a turn on an open nested session failed");
+                return;
+            }
+        }
+    }
+    drop(client);
+    d.stop();
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().unwrap());
+    *d = spawn(dir, image, endpoint);
+    let client = connect(&d.address).await;
+    let mut after = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        match first_delta(&client, s, &format!("after{i}")).await {
+            Some(ms) => after.push(ms),
+            None => {
+                println!(
+                    "nested_first_turn    skipped: a past nested session could not run a turn after the restart"
+                );
+                return;
+            }
+        }
+    }
+    let (a, b) = (median(after), median(base));
+    row(
+        "nested_first_turn",
+        a,
+        "ms",
+        "same turn, session open",
+        b,
+        &format!(
+            "   above baseline {:+.1} ms   median of {}",
+            a - b,
+            sessions.len()
+        ),
+    );
+}
+
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let docker = match Docker::connect_with_unix("/var/run/docker.sock", 10, bollard::API_DEFAULT_VERSION) {
+        let docker = match Docker::connect_with_unix(
+            "/var/run/docker.sock",
+            10,
+            bollard::API_DEFAULT_VERSION,
+        ) {
             Ok(d) => match d.negotiate_version().await {
                 Ok(d) => d,
                 Err(_) => return println!("skipped: no container engine answers"),
             },
             Err(_) => return println!("skipped: no container engine answers"),
         };
-        let samples: usize = std::env::var("AHPD_BENCH_SAMPLES").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+        let samples: usize = std::env::var("AHPD_BENCH_SAMPLES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10);
+        let endpoint = testkit::Endpoint::builder()
+            .fallback(testkit::Reply::stream([
+                testkit::chunk::text("hi"),
+                testkit::chunk::finish("stop"),
+            ]))
+            .models(["m1"])
+            .start()
+            .unwrap();
+        let url = endpoint.base_url();
         let image = image(&docker).await;
-        let d = daemon(&image);
+        let mut d = daemon(&image, &url);
         let client = connect(&d.address).await;
+        // Idle: listening, one client, no session yet.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let outer_idle = rss_kb(d.child.id()) as f64 / 1024.0;
 
-        // Cold: a disposable machine per session, against create + start of the same image.
-        let mut cold = Vec::new();
-        let mut base_cold = Vec::new();
-        for _ in 0..samples.div_ceil(2) {
-            base_cold.push(baseline_start(&docker, &image).await.as_secs_f64() * 1e3);
-            let (uri, t) = create(&client, "disposable:cold").await;
-            cold.push(t.as_secs_f64() * 1e3);
-            let _: Value = client.request("disposeSession", json!({ "channel": uri })).await.unwrap();
-        }
-
-        // Warm: sessions in one running machine, against an exec of `<build> --version` there.
-        let _: Value = client
-            .request(
-                "resourceWrite",
-                json!({ "channel": "ahp-root://", "uri": "computer://benchbox", "data": "{}", "encoding": "utf-8", "createOnly": true }),
-            )
-            .await
-            .unwrap();
-        let status: Value = client
-            .request("resourceRead", json!({ "channel": "ahp-root://", "uri": "computer://benchbox/status" }))
-            .await
-            .unwrap();
-        let _ = status;
-        let inspected = docker.inspect_container("benchbox", None).await.unwrap();
-        let build = format!(
-            "/opt/ahpd/bin/{}",
-            inspected.config.unwrap().labels.unwrap()["ahpd.init"]
-        );
-        let mut warm = Vec::new();
-        let mut base_warm = Vec::new();
-        for _ in 0..samples {
-            base_warm.push(baseline_exec(&docker, "benchbox", &build).await.as_secs_f64() * 1e3);
-            let (_, t) = create(&client, "computer://benchbox").await;
-            warm.push(t.as_secs_f64() * 1e3);
-        }
-
-        // Idle memory of the inner hosts now open, against the outer daemon's.
-        let pids = inner_pids();
-        let inner: Vec<f64> = pids.iter().map(|p| rss_kb(*p) as f64 / 1024.0).collect();
-        let outer = rss_kb(d.child.id()) as f64 / 1024.0;
-
-        let (c, bc) = (median(cold), median(base_cold));
-        let (w, bw) = (median(warm), median(base_warm));
-        println!("nested_ready_cold   median {c:8.1} ms   baseline (create+start) {bc:8.1} ms   ratio {:.2}x   over baseline {:+.1} ms", c / bc, c - bc);
-        println!("nested_ready_warm   median {w:8.1} ms   baseline (exec --version) {bw:8.1} ms   ratio {:.2}x", w / bw);
-        if !inner.is_empty() {
-            let m = median(inner.clone());
-            let sum: f64 = inner.iter().sum();
-            println!("inner_idle_rss      median {m:8.1} MB   baseline (outer daemon idle) {outer:8.1} MB   ratio {:.2}x   {} inner hosts: {sum:.1} MB in all", m / outer, inner.len());
-        }
-        let _ = docker
-            .remove_container("benchbox", Some(RemoveContainerOptions { force: true, ..Default::default() }))
-            .await;
+        ready_cold(&docker, &client, &image, samples.div_ceil(2)).await;
+        let sessions = ready_warm(&docker, &client, samples).await;
+        idle_rss(outer_idle);
+        println!("nested_turn_overhead skipped: it needs testkit's FakeEngine, not in this build");
+        drop(client);
+        first_turn(&mut d, &sessions[..sessions.len().min(5)], &image, &url).await;
+        let host = d.host_id();
+        d.stop();
+        sweep(&docker, &host).await;
     });
 }

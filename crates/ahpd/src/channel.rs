@@ -150,6 +150,15 @@ impl AgentsChannel {
             keyed.push((order, 1, id.clone(), agent));
         }
         keyed.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
+        if let Some((port, _)) = &self.computers {
+            port.nested_agents(
+                keyed
+                    .iter()
+                    .filter(|k| k.3.runs_nested())
+                    .map(|k| k.3.clone())
+                    .collect(),
+            );
+        }
         keyed.into_iter().map(|k| self.live.wrap(k.3)).collect()
     }
 

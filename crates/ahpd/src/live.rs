@@ -33,6 +33,8 @@ pub struct LiveSessions {
     slots: Mutex<Vec<(Weak<Cell>, Vec<PathBuf>)>>,
     /// The daemon's MCP servers, stopped after the sessions close.
     mcp: Mutex<Option<ahpd_mcp::McpHub>>,
+    /// The machines port, told after the sessions close (its removal timers settle).
+    computers: Mutex<Option<Arc<dyn ahpd_sdk::machine::ComputerPort>>>,
 }
 
 impl LiveSessions {
@@ -52,6 +54,11 @@ impl LiveSessions {
     /// The MCP servers to stop with the sessions.
     pub fn set_mcp(&self, hub: ahpd_mcp::McpHub) {
         *lock(&self.mcp) = Some(hub);
+    }
+
+    /// The machines port to settle once the sessions are closed.
+    pub fn set_computers(&self, port: Arc<dyn ahpd_sdk::machine::ComputerPort>) {
+        *lock(&self.computers) = Some(port);
     }
 
     /// The MCP servers, until they are stopped.
@@ -87,6 +94,10 @@ impl LiveSessions {
         let hub = lock(&self.mcp).take();
         if let Some(hub) = hub {
             hub.shutdown().await;
+        }
+        let computers = lock(&self.computers).take();
+        if let Some(port) = computers {
+            port.shutdown().await;
         }
         count
     }

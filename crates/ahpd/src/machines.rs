@@ -124,12 +124,14 @@ pub fn adopt(port: Arc<dyn ComputerPort>, store: &dyn SessionStore) {
         .unwrap_or_default()
         .into_iter()
         .filter_map(|r| {
-            let machine = r
-                .config
-                .get(COMPUTER_KEY)?
-                .as_str()?
-                .strip_prefix("computer://")?
-                .to_owned();
+            let computer = r.config.get(COMPUTER_KEY)?.as_str()?;
+            // A record may still say `disposable:<profile>`: its machine is then found by the
+            // session label it carries, so the machine id stays empty here.
+            let machine = match computer.strip_prefix("computer://") {
+                Some(id) => id.to_owned(),
+                None if computer.starts_with("disposable:") => String::new(),
+                None => return None,
+            };
             Some(KeptSession {
                 session: r.uri,
                 machine,

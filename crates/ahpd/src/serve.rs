@@ -386,6 +386,7 @@ pub(crate) async fn build_host(
     let mut channel = AgentsChannel::new(store, engines, fixed, live.clone());
     if let Some(port) = &extras.computers {
         channel = channel.with_computers(port.clone(), extras.start_timeout);
+        live.set_computers(port.clone());
     }
     let channel = Arc::new(channel);
     let agents = channel.agents();

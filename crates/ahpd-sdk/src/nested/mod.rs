@@ -4,6 +4,7 @@
 //! [`ComputerPort`], talks AHP to it with the official client over the process's standard
 //! streams, and carries turns, approvals, answers and configuration across.
 
+mod dispose;
 mod session;
 mod transport;
 
@@ -185,6 +186,20 @@ impl Agent for NestedAgent {
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
         let machine = self.machines.lock().ok().and_then(|mut m| m.remove(id));
         if let Some((machine, session)) = machine {
+            // The conversation inside goes first, while the machine is surely still there
+            // (leaving may arm a disposable machine's removal).
+            if let Some(plugin) = &self.plugin {
+                dispose::dispose_inside(dispose::Inside {
+                    port: &self.port,
+                    agent: &self.inner,
+                    plugin,
+                    provider: &self.inner.descriptor().provider,
+                    machine: &machine,
+                    backend_id: id,
+                    timeout: self.start_timeout,
+                })
+                .await;
+            }
             self.port.leave(&machine, &session).await;
             return Ok(());
         }

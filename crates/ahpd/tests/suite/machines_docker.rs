@@ -23,7 +23,7 @@ use testkit::{Endpoint, Reply, chunk};
 use super::support::{BIN, Env, client, rt};
 
 /// The key the scripted endpoint expects; it must show nowhere but the inner start.
-const KEY: &str = "sk-nested-5f1c9e";
+pub const KEY: &str = "sk-nested-5f1c9e";
 
 /// The engine, when one answers within 2 s; `None` (after the skip line) when none does.
 pub async fn engine() -> Option<Docker> {
@@ -55,7 +55,7 @@ pub async fn engine() -> Option<Docker> {
 }
 
 /// Imports a root filesystem as `<repo>:<tag>` unless the engine has it.
-async fn import(
+pub async fn import(
     docker: &Docker,
     repo: &str,
     fs: testkit::images::RootFs,
@@ -328,5 +328,11 @@ fn disposable_session_runs_its_tools_in_a_container() {
             docker.inspect_container(&machine, None).await.is_err()
         })
         .await;
+        // The conversation inside was disposed before the machine was let go.
+        assert!(
+            !daemon.log_text().contains("was not disposed"),
+            "{}",
+            daemon.log_text()
+        );
     });
 }

@@ -1,0 +1,98 @@
+//! Whether a machine that the engine says it started can run the build. With runc 1.1 and
+//! later, a main process whose loader is missing (an image without glibc) passes the start and
+//! dies just after it, so the start's answer alone proves nothing: one exec of the build's
+//! `--version` does, and its failure is turned into the glibc sentence.
+
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::query_parameters::LogsOptions;
+use futures::StreamExt;
+
+use crate::ComputerError;
+use crate::engine::words;
+
+/// The sentence of a machine that could not start, from the engine's words: an image that
+/// cannot run the build gets the glibc one.
+pub fn start_sentence(image: &str, said: &str) -> ComputerError {
+    if said.contains("no such file or directory") || said.contains("exec format error") {
+        return ComputerError::Failed(format!(
+            "the image {image} cannot run ahpd: {said}; use an image built on glibc {} or newer for {}, such as Debian or Ubuntu (not Alpine or busybox)",
+            crate::binary::GLIBC,
+            std::env::consts::ARCH
+        ));
+    }
+    ComputerError::Failed(format!("cannot start a machine of {image}: {said}"))
+}
+
+/// Runs `<entry> --version` in the machine; a failure is the machine's start failing.
+pub async fn check(
+    docker: &Docker,
+    id: &str,
+    image: &str,
+    entry: &str,
+) -> Result<(), ComputerError> {
+    let said = match probe(docker, id, entry).await {
+        Ok(()) => return Ok(()),
+        Err(said) => said,
+    };
+    // The main process's own words say more than the exec's once it has died.
+    let logs = logs(docker, id).await;
+    let said = if logs.is_empty() { said } else { logs };
+    Err(start_sentence(image, &said))
+}
+
+async fn probe(docker: &Docker, id: &str, entry: &str) -> Result<(), String> {
+    let exec = docker
+        .create_exec(
+            id,
+            CreateExecOptions {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(vec![entry.to_owned(), "--version".to_owned()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| words(&e))?;
+    let mut out = String::new();
+    match docker.start_exec(&exec.id, None).await {
+        Ok(StartExecResults::Attached { mut output, .. }) => {
+            while let Some(Ok(chunk)) = output.next().await {
+                out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
+        }
+        Ok(StartExecResults::Detached) => {}
+        Err(e) => return Err(words(&e)),
+    }
+    let code = docker
+        .inspect_exec(&exec.id)
+        .await
+        .map_err(|e| words(&e))?
+        .exit_code;
+    match code {
+        Some(0) => Ok(()),
+        other => Err(format!(
+            "{} (exit code {})",
+            out.trim(),
+            other.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+        )),
+    }
+}
+
+/// The last lines the machine's main process printed.
+async fn logs(docker: &Docker, id: &str) -> String {
+    let mut s = docker.logs(
+        id,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: "5".into(),
+            ..Default::default()
+        }),
+    );
+    let mut text = String::new();
+    while let Some(Ok(chunk)) = s.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+    }
+    text.trim().to_owned()
+}
