@@ -160,17 +160,8 @@ async fn seed_one(
         .await
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(json!({}));
-    // Without a user option, the machine user is the image's (`Config.User`), which the
-    // helper, made from the same image, carries.
-    let image_user = match user {
-        Some(_) => None,
-        None => docker
-            .inspect_container(helper, None)
-            .await
-            .ok()
-            .and_then(|c| c.config?.user),
-    };
-    let who = owner(docker, helper, user.or(image_user.as_deref())).await;
+    // `user` is the option's, else the image's own (`Machines::make` reads it from the image).
+    let who = owner(docker, helper, user).await;
     let mut marks = old.as_object().cloned().unwrap_or_default();
     let mut builder = tar::Builder::new(Vec::new());
     let mut changed = false;
