@@ -185,7 +185,7 @@ impl Machines {
             Some(p) => Some(
                 self.opts
                     .profile(p)
-                    .map_err(ComputerError::Invalid)?
+                    .map_err(|e| ComputerError::Invalid(e.to_string()))?
                     .clone(),
             ),
             None => None,

@@ -235,7 +235,8 @@ async fn connect(
                 folder: link.folder.clone(),
             },
         )
-        .await?;
+        .await
+        .map_err(|e| e.to_string())?;
     let tail = StderrTail::default();
     let follower = tail.follow(process.stderr);
     let ended = process.ended.shared();
