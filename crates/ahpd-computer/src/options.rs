@@ -459,18 +459,24 @@ mod tests {
 
     #[test]
     fn bad_options_name_their_path() {
-        let e = Options::parse(&json!({"engine": "tcp://h:2375"})).expect_err("refused");
+        let e = Options::parse(&json!({"engine": "tcp://h:2375"}))
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.starts_with("plugins.@ahpd/computer.options.engine:"),
             "{e}"
         );
-        let e = Options::parse(&json!({"command": "docker"})).expect_err("refused");
+        let e = Options::parse(&json!({"command": "docker"}))
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("command"), "{e}");
-        let e =
-            Options::parse(&json!({"profiles": {"p": {"state": "disk"}}})).expect_err("refused");
+        let e = Options::parse(&json!({"profiles": {"p": {"state": "disk"}}}))
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("state"), "{e}");
         let e = Options::parse(&json!({"needs": {"k": {"$secret": "team:core/k"}}}))
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("needs.k"), "{e}");
         let ok = Options::parse(&json!({"needs": {"cofoldApiKey": {"$secret": "host:deepseek"}}}))
             .expect("accepted");
