@@ -9,8 +9,9 @@ use ahp_types::state::*;
 use serde_json::Value;
 
 use crate::actor::{Actor, Pending, PendingKind};
-use crate::agent::{ApprovalOutcome, ApprovalRequest, BackendMsg, ClientToolCall, InputOutcome};
 use crate::coalesce::is_mergeable;
+use crate::context::BackendMsg;
+use crate::exchange::{ApprovalOutcome, ApprovalRequest, ClientToolCall, InputOutcome};
 use crate::session::SessionMsg;
 
 fn tool_call_of<'a>(

@@ -9,8 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{Conn, decode, to_json};
 use crate::error::{RpcError, codes};
-use crate::ports::ConnInfo;
-use crate::session::{SessionMsg, mailbox};
+use crate::inner::ConnInfo;
+use crate::inner::mailbox;
+use crate::session::SessionMsg;
 
 impl Conn {
     pub(crate) async fn command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
@@ -139,15 +140,15 @@ impl Conn {
             }
             "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
             | "resourceDelete"
-                if crate::resources::routed(&self.inner.providers, &params).is_some() =>
+                if crate::resource_routing::routed(&self.inner.providers, &params).is_some() =>
             {
-                crate::resources::provided(&self.inner.providers, method, params).await
+                crate::resource_routing::provided(&self.inner.providers, method, params).await
             }
             "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
             | "resourceDelete"
-                if crate::resources::unserved(&params, method).is_some() =>
+                if crate::resource_routing::unserved(&params, method).is_some() =>
             {
-                let scheme = crate::resources::unserved(&params, method).unwrap_or_default();
+                let scheme = crate::resource_routing::unserved(&params, method).unwrap_or_default();
                 Err(RpcError::new(
                     codes::METHOD_NOT_FOUND,
                     format!("nothing here serves {scheme}:"),

@@ -15,12 +15,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{RpcError, codes};
-use crate::host::HostInner;
 use crate::hub::{Frame, KillSwitch};
+use crate::inner::HostInner;
+use crate::inner::mailbox;
 use crate::lanes::Lanes;
 use crate::peer::{Inbound, Peer};
 use crate::root::ROOT;
-use crate::session::{ConnRef, SessionMsg, mailbox};
+use crate::session::{ConnRef, SessionMsg};
 
 /// Commands whose channel is the root literal (lenient when absent, strict when wrong).
 const ROOT_COMMANDS: &[&str] = &[

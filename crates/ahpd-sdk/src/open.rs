@@ -9,10 +9,12 @@ use ahp_types::notifications::SessionRemovedParams;
 use ahp_types::state::*;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::actor::{Actor, chat_summary_of, empty_chat};
-use crate::agent::{Agent, SharedSessionView};
+use crate::actor::Actor;
+use crate::agent::Agent;
+use crate::context::SharedSessionView;
 use crate::error::{RpcError, codes};
-use crate::host::HostInner;
+use crate::inner::HostInner;
+use crate::reduce::{chat_summary_of, empty_chat};
 use crate::root;
 use crate::session::{ConnRef, MAILBOX, SessionEntry, SessionMsg, backend_id_of};
 use crate::util;
@@ -353,32 +355,6 @@ fn open_if_unfinished(agent: Arc<dyn Agent>, id: String, tx: mpsc::Sender<Sessio
             let _ = tx.send(SessionMsg::OpenBackend).await;
         }
     });
-}
-
-/// Whether [`open_past`] would find the conversation a session URI names in an agent's store,
-/// so a session unloaded now can be opened again.
-pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
-    let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
-    let (scheme, id) = match remembered {
-        Some(r) => (r.provider, r.backend_id),
-        None => (
-            uri.split_once(':')
-                .map(|(s, _)| s.to_owned())
-                .unwrap_or_default(),
-            backend_id_of(uri).unwrap_or_default(),
-        ),
-    };
-    if id.is_empty() {
-        return false;
-    }
-    for agent in inner.agents() {
-        if (scheme == "ahp-session" || agent.descriptor().provider == scheme)
-            && agent.find(&id).await.is_some()
-        {
-            return true;
-        }
-    }
-    false
 }
 
 /// `disposeSession`.
