@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::agent::{Agent, Session, TurnRequest};
+use crate::asks::Asks;
 use crate::coalesce::Coalescer;
 use crate::context::{BackendMsg, SessionContext, SharedSessionView};
 use crate::error::RpcError;
@@ -50,29 +51,6 @@ pub(crate) struct Chat {
     pub stray_warned: (String, HashSet<String>),
 }
 
-pub(crate) enum PendingKind {
-    Approval {
-        reply: oneshot::Sender<crate::agent::ApprovalOutcome>,
-        tool_name: String,
-    },
-    Input {
-        reply: oneshot::Sender<crate::agent::InputOutcome>,
-        required: Vec<String>,
-    },
-    ClientTool {
-        reply: oneshot::Sender<ToolCallResult>,
-        client_id: String,
-        tool_call_id: String,
-        timer: Option<tokio::task::JoinHandle<()>>,
-    },
-}
-
-pub(crate) struct Pending {
-    pub chat: Arc<str>,
-    pub turn_id: String,
-    pub kind: PendingKind,
-}
-
 /// A dispatch waiting for backends to open.
 pub(crate) struct Parked {
     pub conn: ConnRef,
@@ -100,8 +78,8 @@ pub(crate) struct Actor {
     pub view: Arc<SharedSessionView>,
     pub backend_tx: mpsc::UnboundedSender<BackendMsg>,
     pub self_tx: mpsc::WeakSender<SessionMsg>,
-    pub pending: HashMap<String, Pending>,
-    pub allow_session: HashSet<String>,
+    /// Approvals, questions and client-tool calls a backend waits on.
+    pub asks: Asks,
     pub title_locked: bool,
     pub created_at: String,
     pub working_directory: Option<std::path::PathBuf>,
@@ -556,13 +534,7 @@ impl Actor {
             self.apply_session(&action, None);
             self.refresh_client_tools();
         }
-        let entries: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| matches!(&p.kind, PendingKind::ClientTool { client_id: c, .. } if c == client_id))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in entries {
+        for k in self.asks.of_client(client_id) {
             self.settle(
                 &k,
                 &format!("The client {client_id} that runs this tool is no longer here."),

@@ -8,7 +8,8 @@ use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::*;
 use serde_json::Value;
 
-use crate::actor::{Actor, Pending, PendingKind};
+use crate::actor::Actor;
+use crate::asks::{Pending, PendingKind};
 use crate::coalesce::is_mergeable;
 use crate::context::BackendMsg;
 use crate::exchange::{ApprovalOutcome, ApprovalRequest, ClientToolCall, InputOutcome};
@@ -200,13 +201,7 @@ impl Actor {
 
     /// A turn ended: settle its entries and, after success or error, start what waits.
     pub(crate) fn turn_ended(&mut self, chat: &Arc<str>, turn_id: &str, advance: bool) {
-        let keys: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| &p.chat == chat && p.turn_id == turn_id)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
+        for k in self.asks.of_turn(chat, turn_id) {
             self.settle(
                 &k,
                 &format!("The turn ended before {} answered.", "the client"),
@@ -223,7 +218,7 @@ impl Actor {
 
     /// Settle a parked entry as unanswered and remove its `inputNeeded` row.
     pub(crate) fn settle(&mut self, entry: &str, sentence: &str) {
-        let Some(p) = self.pending.remove(entry) else {
+        let Some(p) = self.asks.take(entry) else {
             return;
         };
         match p.kind {
@@ -347,7 +342,7 @@ impl Actor {
             });
             return;
         }
-        if allow.contains(&tool_name) || self.allow_session.contains(&tool_name) {
+        if allow.contains(&tool_name) || self.asks.allowed_for_session(&tool_name) {
             self.apply_chat(
                 chat,
                 &ready(Some(ToolCallConfirmationReason::Setting), None),
@@ -406,7 +401,7 @@ impl Actor {
             }),
         }));
         self.apply_session(&action, None);
-        self.pending.insert(
+        self.asks.open(
             entry,
             Pending {
                 chat: chat.clone(),
@@ -466,7 +461,7 @@ impl Actor {
             }),
         }));
         self.apply_session(&action, None);
-        self.pending.insert(
+        self.asks.open(
             entry,
             Pending {
                 chat: chat.clone(),
@@ -568,7 +563,7 @@ impl Actor {
                 }
             })
         });
-        self.pending.insert(
+        self.asks.open(
             entry,
             Pending {
                 chat: chat.clone(),
@@ -587,7 +582,7 @@ impl Actor {
         let Some(Pending {
             kind: PendingKind::ClientTool { client_id, .. },
             ..
-        }) = self.pending.get(entry)
+        }) = self.asks.get(entry)
         else {
             return;
         };

@@ -63,9 +63,12 @@ pub mod transport;
 pub mod util;
 
 mod actor;
+mod asks;
 mod backend;
 mod catalogue;
 mod chats;
+mod client_answers;
+mod client_turns;
 mod coalesce;
 mod commands;
 mod config;

@@ -20,7 +20,7 @@ impl Actor {
     /// backend opening.
     pub(crate) fn unloadable(&self) -> bool {
         let busy = self.start_reply.is_some()
-            || !self.pending.is_empty()
+            || !self.asks.is_empty()
             || !self.parked.is_empty()
             || !self.state.active_clients.is_empty()
             || self.chats.values().any(|c| {
