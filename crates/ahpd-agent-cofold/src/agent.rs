@@ -3,22 +3,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ahp_types::common::JsonObject;
-use ahp_types::state::{
-    ProtectedResourceMetadata, SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo,
-    Turn,
-};
+use ahp_types::state::{ProtectedResourceMetadata, SessionConfigSchema, Turn};
 use ahpd_sdk::agent::{AgentDescriptor, AgentError, PastSession, Probe, Refusal, SessionStart};
 use ahpd_sdk::{Agent, Session};
-use cofold_agents::policy::{PermissionMode, mode_description};
 use cofold_agents::store::{MemoryStore, NewSession, RunStatus, SessionQuery, Store};
 use cofold_store_file::{FileStore, FileStoreOptions};
 use serde_json::{Value, json};
 
 use crate::build::AgentCore;
-use crate::models::{KeySource, Shared, read_copapo, resource_of, thinking_levels};
+use crate::models::{Shared, read_copapo, resource_of};
 use crate::options::{CofoldOptions, Embedder, Environment};
 use crate::session::CofoldSession;
 use crate::transcript;

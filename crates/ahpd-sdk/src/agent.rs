@@ -5,18 +5,13 @@
 //! host applies each one with the official reducers, numbers it and fans it out. Approvals,
 //! questions and client-run tools are asked through the context and answered by the host.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
-use ahp_types::actions::StateAction;
 use ahp_types::commands::{CompletionItem, CompletionItemKind, SessionConfigValueItem};
-use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::common::JsonObject;
 use ahp_types::state::{
-    AgentCapabilities, ChatInputAnswer, ChatInputRequest, ChatInputResponseKind, Customization,
-    FileEditCollection, Message, PendingMessage, ProtectedResourceMetadata, SessionConfigSchema,
-    SessionModelInfo, ToolCallCancellationReason, ToolCallResult, ToolDefinition, ToolInput, Turn,
+    AgentCapabilities, Customization, Message, PendingMessage, ProtectedResourceMetadata,
+    SessionConfigSchema, SessionModelInfo, Turn,
 };
 use async_trait::async_trait;
 use serde_json::Value;

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ahp_types::actions::StateAction;
-use ahp_types::common::JsonObject;
-use ahp_types::state::{ChatInputRequest, ToolCallResult, ToolDefinition};
+use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::state::{ChatInputRequest, ChatInputResponseKind, ToolCallResult, ToolDefinition};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::exchange::{ApprovalOutcome, ApprovalRequest, ClientToolCall, InputOutcome, Secret};

@@ -7,8 +7,8 @@ use ahp_types::actions::*;
 use ahp_types::state::*;
 use serde_json::Value;
 
-use crate::actor::{Actor, Backend};
-use crate::agent::{ApprovalOutcome, InputOutcome, TurnRequest};
+use crate::actor::Actor;
+use crate::agent::TurnRequest;
 use crate::error::RpcError;
 use crate::session::ConnRef;
 use crate::util;

@@ -1,12 +1,13 @@
 //! What a backend asks of the host and what comes back: approvals and their outcomes,
 //! questions' outcomes, calls of tools a client runs, and the secrets clients push.
 
+use std::collections::HashMap;
+
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     ChatInputAnswer, ChatInputResponseKind, FileEditCollection, ToolCallCancellationReason,
     ToolInput,
 };
-use serde_json::Value;
 
 /// A request for a person's approval of one tool call.
 #[derive(Debug, Clone, PartialEq)]

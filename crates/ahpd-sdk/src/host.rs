@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ahp_types::commands::Implementation;
 use ahp_types::common::JsonObject;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::error::HostError;
 use crate::hub::Hub;
-use crate::inner::{Extension, HostInner, KnownClient};
+use crate::inner::{Extension, HostInner};
 use crate::peer::Peer;
 use crate::remember::Remembered;
 use crate::resource_port::{ResourceProvider, Resources};

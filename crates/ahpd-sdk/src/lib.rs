@@ -68,6 +68,7 @@ mod backend;
 mod catalogue;
 mod chats;
 mod client_answers;
+mod client_calls;
 mod client_turns;
 mod coalesce;
 mod commands;

@@ -1,7 +1,7 @@
 //! Starting session tasks: for `createSession`, and for a past conversation opened from the
 //! catalogue by subscribing to it. Also disposal, which removes a session everywhere.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use ahp_types::commands::CreateSessionParams;
@@ -37,8 +37,34 @@ struct Init {
     title_locked: bool,
 }
 
+/// The session's state as its task starts: the chat's summary, the configuration and the
+/// lifecycle it opens with, nothing else yet.
+fn first_state(init: &Init, provider: &str, chat: &ChatState, default_chat: &str) -> SessionState {
+    SessionState {
+        provider: provider.to_owned(),
+        title: init.title.clone(),
+        status: init.status,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: init.working_directories.clone(),
+        annotations: None,
+        lifecycle: init.lifecycle.clone(),
+        creation_error: None,
+        server_tools: None,
+        active_clients: Vec::new(),
+        chats: vec![chat_summary_of(chat)],
+        default_chat: Some(default_chat.to_owned()),
+        config: Some(init.config.clone()),
+        customizations: None,
+        changesets: None,
+        input_needed: None,
+        meta: None,
+    }
+}
+
 /// Build the actor, register it, and start its task. Fails when the URI is taken.
-fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
+fn spawn(inner: &Arc<HostInner>, mut init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
     let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
     if reg.sessions.contains_key(&init.uri) {
         return Err(RpcError::new(
@@ -62,30 +88,10 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
             .unwrap_or_else(|| init.created_at.clone());
     }
     let page = inner.options.turns_page.max(1);
-    let mut turns = init.turns;
+    let mut turns = std::mem::take(&mut init.turns);
     let loaded = turns.split_off(turns.len().saturating_sub(page));
     chat_state.turns = loaded;
-    let state = SessionState {
-        provider: descriptor.provider.clone(),
-        title: init.title.clone(),
-        status: init.status,
-        activity: None,
-        origin: None,
-        project: None,
-        working_directories: init.working_directories.clone(),
-        annotations: None,
-        lifecycle: init.lifecycle,
-        creation_error: None,
-        server_tools: None,
-        active_clients: Vec::new(),
-        chats: vec![chat_summary_of(&chat_state)],
-        default_chat: Some(default_chat.clone()),
-        config: Some(init.config.clone()),
-        customizations: None,
-        changesets: None,
-        input_needed: None,
-        meta: None,
-    };
+    let state = first_state(&init, &descriptor.provider, &chat_state, &default_chat);
     if let Ok(mut s) = view.settings.lock() {
         *s = init.config.values.clone();
     }

@@ -110,7 +110,7 @@ impl SessionEntry {
         *self.used.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         *self.used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
     }
 }

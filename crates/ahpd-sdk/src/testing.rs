@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session};
 use ahp_types::actions::*;
-use ahp_types::common::{JsonObject, StringOrMarkdown};
+use ahp_types::common::JsonObject;
 use ahp_types::state::*;
 use async_trait::async_trait;
 use serde_json::Value;

@@ -6,15 +6,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ahp_types::state::PendingMessage;
-use ahpd_sdk::{Session, SessionContext, TurnRequest};
-use cofold_agents::run::{RunHandle, RunOptions, run};
+use ahpd_sdk::{SessionContext, TurnRequest};
+use cofold_agents::run::{RunHandle, run};
 use serde_json::Value;
 
 use crate::actions as act;
-use crate::build::{AgentCore, TurnExtras, TurnSettings};
-use crate::client_tools;
-use crate::edits::{EditHooks, OpenEdits};
+use crate::build::AgentCore;
+use crate::edits::OpenEdits;
 use crate::models::Copapo;
 use crate::turns::{Carry, TurnMapper};
 

@@ -8,12 +8,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::Stream;
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{AgentError, ErrorCode};
-use crate::event::{Command, DeltaKind, Event, EventBody, RequestKind, RunOutcome, RunStatus};
+use crate::event::{Command, Event, EventBody, RunOutcome, RunStatus};
 use crate::id::Timestamp;
 use crate::message::Part;
 use crate::tool::{AbortController, AbortReason};
