@@ -26,6 +26,7 @@ mod session;
 mod session_config;
 mod transcript;
 mod turn_facts;
+mod turn_model;
 mod turn_parts;
 mod turns;
 
