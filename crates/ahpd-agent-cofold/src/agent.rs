@@ -194,6 +194,8 @@ impl Agent for CofoldAgent {
         session_config::check_config(&self.core.id, values)
     }
 
+    // Long: opening a chat decides the fork, the workspace, the stored conversation, the paused
+    // run and the MCP lease, each from the ones before it.
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         let id = &self.core.id;
         let stored = self

@@ -200,6 +200,8 @@ impl AgentCore {
     }
 
     /// Builds the cofold agent of one turn, or says why the turn fails.
+    // Long: the runtime is assembled in one place so the order of tools (the extras, ask_user,
+    // then the standard capabilities that yield to their names) stays visible.
     pub fn turn_agent(
         &self,
         turn: &TurnSettings,

@@ -278,6 +278,8 @@ impl Actor {
         (list("allow"), list("deny"))
     }
 
+    // Long: the permission rules (deny, allow, allowed for the session, a replaced turn) are
+    // tried in order before the approval is parked.
     fn ask_approval(
         &mut self,
         chat: &Arc<str>,

@@ -56,6 +56,8 @@ impl Actor {
         }
     }
 
+    // Long: the checks of a new chat (capability, URI, fork source) come before anything changes,
+    // then the chat is made in one pass, so a refusal leaves nothing behind.
     fn create_chat_inner(
         &mut self,
         conn: ConnRef,

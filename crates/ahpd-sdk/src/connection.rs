@@ -163,6 +163,8 @@ pub(crate) struct Conn {
     pub(crate) version: String,
 }
 
+// Long: the connection's one loop (frames in, queue out, shutdown, keep-alive) reads best as a
+// single `select!`.
 pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
     let id = inner.next_conn_id();
     let (tx, rx) = mpsc::channel(inner.options.outbound_queue.max(1));

@@ -118,6 +118,8 @@ impl Conn {
             .release(self.id, reply_frame(&id, Ok(result)));
     }
 
+    // Long: `reconnect` answers with replay or snapshots for every channel at once; splitting it
+    // would pass the half-built answer around.
     pub(crate) async fn reconnect(&mut self, id: Value, params: Value) {
         let p: ReconnectParams = match decode("reconnect", params) {
             Ok(p) => p,

@@ -64,6 +64,8 @@ fn first_state(init: &Init, provider: &str, chat: &ChatState, default_chat: &str
 }
 
 /// Build the actor, register it, and start its task. Fails when the URI is taken.
+// Long: the actor and its default chat are built and registered under one registry lock, so no
+// one sees the session half made.
 fn spawn(inner: &Arc<HostInner>, mut init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
     let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
     if reg.sessions.contains_key(&init.uri) {
@@ -228,8 +230,54 @@ pub(crate) async fn create(
     result
 }
 
+/// The answer when the session is already live: its URI when spelled the same, a refusal
+/// naming the live URI when spelled another way.
+fn live_spelling(
+    inner: &HostInner,
+    channel: &str,
+    session_uri: &str,
+    scheme: &str,
+    id: &str,
+) -> Option<Result<String, RpcError>> {
+    let reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+    if reg.sessions.contains_key(session_uri) {
+        return Some(Ok(session_uri.to_owned()));
+    }
+    if let Some((live, _)) = reg
+        .sessions
+        .iter()
+        .find(|(_, e)| e.backend_id == id && (scheme == "ahp-session" || e.provider == scheme))
+    {
+        return Some(
+            Err(RpcError::session_not_found(channel)
+                .with_data(serde_json::json!({"liveUri": live})))
+            .map_err(|e| RpcError {
+                message: format!("{channel} is open as {live}; use that URI"),
+                ..e
+            }),
+        );
+    }
+    None
+}
+
+/// A remembered session's status flags; idle with none when nothing is remembered.
+fn status_of(record: Option<&crate::sessionstore::SessionRecord>) -> u32 {
+    let mut status = SessionStatus::Idle.bits();
+    if let Some(r) = record {
+        if r.is_read {
+            status |= SessionStatus::IsRead.bits();
+        }
+        if r.is_archived {
+            status |= SessionStatus::IsArchived.bits();
+        }
+    }
+    status
+}
+
 /// Open a past conversation named by a session URI (or a default chat URI of one). Returns
 /// the live channel URI it opened under; `-32001` when nothing answers to it.
+// Long: the store's record, the agent's row and its transcript meet here to make one session;
+// each piece is read once.
 pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<String, RpcError> {
     let session_uri =
         crate::session::default_chat_owner(channel).unwrap_or_else(|| channel.to_owned());
@@ -249,24 +297,8 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
     if id.is_empty() {
         return Err(RpcError::session_not_found(channel));
     }
-    // Another spelling of a live session is refused with the live URI.
-    {
-        let reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-        if reg.sessions.contains_key(&session_uri) {
-            return Ok(session_uri);
-        }
-        if let Some((live, _)) = reg
-            .sessions
-            .iter()
-            .find(|(_, e)| e.backend_id == id && (scheme == "ahp-session" || e.provider == scheme))
-        {
-            return Err(RpcError::session_not_found(channel)
-                .with_data(serde_json::json!({"liveUri": live})))
-            .map_err(|e| RpcError {
-                message: format!("{channel} is open as {live}; use that URI"),
-                ..e
-            });
-        }
+    if let Some(live) = live_spelling(inner, channel, &session_uri, scheme, &id) {
+        return live;
     }
     let agents = inner.agents();
     let candidates: Vec<_> = if scheme == "ahp-session" {
@@ -306,15 +338,7 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             None => crate::config::resolve(agent.as_ref(), dir.as_deref(), None)?,
         };
         let (schema, values) = config;
-        let mut status = SessionStatus::Idle.bits();
-        if let Some(r) = &record {
-            if r.is_read {
-                status |= SessionStatus::IsRead.bits();
-            }
-            if r.is_archived {
-                status |= SessionStatus::IsArchived.bits();
-            }
-        }
+        let status = status_of(record.as_ref());
         let chosen = record.as_ref().and_then(|r| r.title.clone());
         let looker = agent.clone();
         let init = Init {

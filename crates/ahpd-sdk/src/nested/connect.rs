@@ -54,6 +54,7 @@ fn seconds(d: Duration) -> String {
 }
 
 /// Starts an inner host and opens (or resumes) the conversation in it.
+// Long: each step of reaching the inner host has its own failure sentence, said in order.
 pub(super) async fn connect(
     link: &Link,
     resume: bool,
@@ -155,6 +156,8 @@ pub(super) async fn connect(
 
 /// Picks the inner provider, then creates (or resumes) the conversation inside and subscribes
 /// its session and chat; their URIs.
+// Long: the inner provider, conversation and subscriptions are opened in order, each with its own
+// failure sentence.
 async fn open_inside(
     client: &Client,
     link: &Link,
