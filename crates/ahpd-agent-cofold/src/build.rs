@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
-use cofold_agents::model::{
-    ModelAdapter, ModelParams, ModelSpec, ReasoningEffort, ReasoningParams,
-};
+use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
 use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
@@ -17,8 +15,7 @@ use cofold_tools::web::ClientSource;
 use serde_json::Value;
 
 use crate::models::{
-    ClientError, ConnectionError, Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point,
-    resolve_connection,
+    ClientError, ConnectionError, Copapo, Shared, auto_compact_point, resolve_connection,
 };
 use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder, Environment};
 
