@@ -1,7 +1,7 @@
 //! Test support shared by the workspace's crates.
 //!
 //! A scripted OpenAI-compatible endpoint that listens on `127.0.0.1:0`, streams real SSE from a
-//! script and records every request it received, and helpers around the official `ahp` client.
+//! script and records every request it received.
 //! It depends on no project crate, so any crate can use it as a dev-dependency.
 //!
 //! ```no_run
@@ -20,7 +20,6 @@
 //! # Ok(()) }
 //! ```
 
-mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
@@ -30,7 +29,6 @@ mod pairing;
 mod recorder;
 mod reply;
 
-pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
 pub use mcp_server::McpServer;
 pub use pairing::tool_pairing_fault;
