@@ -3,44 +3,21 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ahp_types::common::JsonObject;
-use ahp_types::state::{
-    ProtectedResourceMetadata, SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo,
-    Turn,
-};
+use ahp_types::state::{ProtectedResourceMetadata, SessionConfigSchema, Turn};
 use ahpd_sdk::agent::{AgentDescriptor, AgentError, PastSession, Probe, Refusal, SessionStart};
 use ahpd_sdk::{Agent, Session};
-use cofold_agents::policy::{PermissionMode, mode_description};
 use cofold_agents::store::{MemoryStore, NewSession, RunStatus, SessionQuery, Store};
 use cofold_store_file::{FileStore, FileStoreOptions};
 use serde_json::{Value, json};
 
 use crate::build::AgentCore;
-use crate::models::{KeySource, Shared, read_copapo, resource_of, thinking_levels};
+use crate::models::{Shared, read_copapo, resource_of};
 use crate::options::{CofoldOptions, Embedder, Environment};
 use crate::session::CofoldSession;
 use crate::transcript;
-
-const MODES: [&str; 6] = [
-    "default",
-    "acceptEdits",
-    "plan",
-    "auto",
-    "bypassPermissions",
-    "dontAsk",
-];
-const LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
-
-/// One endpoint the probe lists: prefix, base URL, key, headers and transport settings.
-type Listed = (
-    String,
-    String,
-    KeySource,
-    Vec<(String, String)>,
-    cofold_openai::ProviderSettings,
-);
+use crate::{catalogue, session_config};
 
 /// The cofold engine's agent for one record.
 pub struct CofoldAgent {
@@ -149,112 +126,6 @@ impl CofoldAgent {
     }
 }
 
-/// An enum property's values, labels, descriptions and default.
-type Choices<'a> = (&'a [&'a str], Vec<String>, Vec<String>, &'a str);
-
-fn property(
-    kind: &str,
-    title: &str,
-    mutable: bool,
-    choices: Option<Choices<'_>>,
-) -> SessionConfigPropertySchema {
-    let (values, labels, descriptions, default) = match choices {
-        Some((values, labels, descriptions, default)) => (
-            Some(values.iter().map(|v| json!(v)).collect()),
-            Some(labels),
-            Some(descriptions),
-            Some(json!(default)),
-        ),
-        None => (None, None, None, None),
-    };
-    SessionConfigPropertySchema {
-        r#type: kind.to_owned(),
-        title: title.to_owned(),
-        description: None,
-        default,
-        r#enum: values,
-        enum_labels: labels,
-        enum_descriptions: descriptions,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(mutable),
-    }
-}
-
-/// The refusals of a session's configuration values: unknown keys and values outside their schema.
-pub(crate) fn check_config(agent_id: &str, values: &JsonObject) -> Result<(), Refusal> {
-    for (key, value) in values {
-        let text = || value.as_str();
-        match key.as_str() {
-            "model" | "instructions" => {
-                if !value.is_string() {
-                    return Err(Refusal::new(format!("{agent_id}: {key} takes a string")));
-                }
-            }
-            "baseUrl" => {
-                let ok = text().is_some_and(|t| {
-                    url::Url::parse(t)
-                        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-                });
-                if !ok {
-                    return Err(Refusal::new(format!(
-                        "{agent_id}: baseUrl takes an http or https URL"
-                    )));
-                }
-            }
-            "permissionMode" => {
-                if !text().is_some_and(|t| MODES.contains(&t)) {
-                    return Err(Refusal::new(format!(
-                        "{agent_id}: permissionMode takes one of default, acceptEdits, plan, auto, bypassPermissions, dontAsk"
-                    )));
-                }
-            }
-            "effortLevel" => {
-                if !text().is_some_and(|t| LEVELS.contains(&t)) {
-                    return Err(Refusal::new(format!(
-                        "{agent_id}: effortLevel takes one of off, low, medium, high"
-                    )));
-                }
-            }
-            _ => {
-                return Err(Refusal::new(format!(
-                    "{agent_id}: {key} is not a config key this agent takes"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The session's id from its URI (`<scheme>:/<id>`), the chat's own id when the URI names
-/// none.
-fn session_id_of(session_uri: &str, backend_id: &str) -> String {
-    session_uri
-        .split_once(':')
-        .map(|(_, rest)| rest.trim_start_matches('/'))
-        .filter(|id| !id.is_empty())
-        .unwrap_or(backend_id)
-        .to_owned()
-}
-
-pub(crate) fn encode_scratch_segment(id: &str) -> String {
-    let mut out = String::new();
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[async_trait::async_trait]
 impl Agent for CofoldAgent {
     fn descriptor(&self) -> AgentDescriptor {
@@ -296,70 +167,10 @@ impl Agent for CofoldAgent {
     }
 
     fn config_schema(&self, _working_directory: Option<&Path>) -> SessionConfigSchema {
-        let mut properties = HashMap::new();
-        properties.insert("model".to_owned(), property("string", "Model", true, None));
-        properties.insert(
-            "baseUrl".to_owned(),
-            property("string", "Endpoint", false, None),
-        );
-        properties.insert(
-            "instructions".to_owned(),
-            property("string", "Instructions", false, None),
-        );
-        if self.core.embedder.policy.is_none() {
-            let labels = [
-                "Ask Before Edits",
-                "Edit Automatically",
-                "Plan Mode",
-                "Auto Mode",
-                "Bypass Permissions",
-                "Don't Ask",
-            ];
-            let descriptions = MODES
-                .iter()
-                .filter_map(|m| serde_json::from_value::<PermissionMode>(json!(m)).ok())
-                .map(|m| mode_description(m).to_owned())
-                .collect();
-            properties.insert(
-                "permissionMode".to_owned(),
-                property(
-                    "string",
-                    "Approvals",
-                    true,
-                    Some((
-                        &MODES,
-                        labels.map(str::to_owned).to_vec(),
-                        descriptions,
-                        "auto",
-                    )),
-                ),
-            );
-        }
-        if self.core.embedder.adapter.is_none() {
-            let labels = ["Off", "Low", "Medium", "High"].map(str::to_owned).to_vec();
-            let descriptions = [
-                "No extra thinking",
-                "Thinks briefly",
-                "Thinks before answering",
-                "Thinks hard",
-            ]
-            .map(str::to_owned)
-            .to_vec();
-            properties.insert(
-                "effortLevel".to_owned(),
-                property(
-                    "string",
-                    "Effort",
-                    true,
-                    Some((&LEVELS, labels, descriptions, "off")),
-                ),
-            );
-        }
-        SessionConfigSchema {
-            r#type: "object".to_owned(),
-            properties,
-            required: None,
-        }
+        session_config::schema(
+            self.core.embedder.policy.is_none(),
+            self.core.embedder.adapter.is_none(),
+        )
     }
 
     fn config_defaults(&self, working_directory: Option<&Path>) -> JsonObject {
@@ -380,9 +191,11 @@ impl Agent for CofoldAgent {
     }
 
     fn validate_config(&self, values: &JsonObject) -> Result<(), Refusal> {
-        check_config(&self.core.id, values)
+        session_config::check_config(&self.core.id, values)
     }
 
+    // Long: opening a chat decides the fork, the workspace, the stored conversation, the paused
+    // run and the MCP lease, each from the ones before it.
     async fn create(&self, start: SessionStart) -> Result<Box<dyn Session>, AgentError> {
         let id = &self.core.id;
         let stored = self
@@ -414,29 +227,27 @@ impl Agent for CofoldAgent {
         }
         let had_record = stored.is_some();
         let stored_workspace = stored.and_then(|s| s.workspace).map(PathBuf::from);
-        let workspace =
-            match (&stored_workspace, &start.working_directory) {
-                (Some(stored), Some(asked)) if stored != asked => {
-                    return Err(AgentError::Refused(format!(
-                        "{id}: this conversation works in {}",
-                        stored.display()
-                    )));
-                }
-                (Some(stored), _) => stored.clone(),
-                (None, Some(asked)) => asked.clone(),
-                (None, None) => {
-                    // Keyed by the session, so every chat of it (forks too) works in one folder.
-                    let scratch = self.core.env.home.join(".copilot").join("chats").join(
-                        encode_scratch_segment(&session_id_of(
-                            &start.session_uri,
-                            &start.backend_id,
-                        )),
-                    );
-                    std::fs::create_dir_all(&scratch)
-                        .map_err(|e| AgentError::Failed(e.to_string()))?;
-                    scratch
-                }
-            };
+        let workspace = match (&stored_workspace, &start.working_directory) {
+            (Some(stored), Some(asked)) if stored != asked => {
+                return Err(AgentError::Refused(format!(
+                    "{id}: this conversation works in {}",
+                    stored.display()
+                )));
+            }
+            (Some(stored), _) => stored.clone(),
+            (None, Some(asked)) => asked.clone(),
+            (None, None) => {
+                // Keyed by the session, so every chat of it (forks too) works in one folder.
+                let scratch = self.core.env.home.join(".copilot").join("chats").join(
+                    crate::scratch::encode_scratch_segment(&crate::scratch::session_id_of(
+                        &start.session_uri,
+                        &start.backend_id,
+                    )),
+                );
+                std::fs::create_dir_all(&scratch).map_err(|e| AgentError::Failed(e.to_string()))?;
+                scratch
+            }
+        };
         // The conversation exists from the start, so a chat with nothing said yet is listed
         // and has an (empty) transcript. A refused fork is left to fail its first turn.
         if !had_record && refused_fork.is_none() {
@@ -465,7 +276,7 @@ impl Agent for CofoldAgent {
             self.core.clone(),
             start.ctx.clone(),
             start.backend_id.clone(),
-            session_id_of(&start.session_uri, &start.backend_id),
+            crate::scratch::session_id_of(&start.session_uri, &start.backend_id),
             workspace,
             copapo,
             start.settings.clone(),
@@ -474,7 +285,7 @@ impl Agent for CofoldAgent {
         );
         let servers = self.core.embedder.mcp_servers();
         if let Some(mcp) = self.core.mcp_sessions.attach(
-            &session_id_of(&start.session_uri, &start.backend_id),
+            &crate::scratch::session_id_of(&start.session_uri, &start.backend_id),
             self.core.embedder.mcp.as_ref(),
             &servers,
             &start.ctx,
@@ -488,126 +299,7 @@ impl Agent for CofoldAgent {
     }
 
     async fn probe(&self) -> Probe {
-        let core = &self.core;
-        let reference = core
-            .options
-            .model
-            .clone()
-            .or_else(|| core.copapo.model.clone());
-        let mut models: Vec<SessionModelInfo> = Vec::new();
-        if core.embedder.adapter.is_none() {
-            let timeout = Duration::from_millis(core.options.catalogue_timeout_ms);
-            let mut endpoints: Vec<Listed> = Vec::new();
-            if let Some(base) = &core.options.base_url {
-                let key = core
-                    .options
-                    .api_key
-                    .clone()
-                    .map(KeySource::Fixed)
-                    .or_else(|| core.embedder.api_key.clone().map(KeySource::Dynamic))
-                    .unwrap_or(KeySource::None);
-                endpoints.push((
-                    core.id.clone(),
-                    base.clone(),
-                    key,
-                    Vec::new(),
-                    cofold_openai::ProviderSettings::default(),
-                ));
-            }
-            for p in &core.copapo.providers {
-                let key = p
-                    .api_key
-                    .clone()
-                    .filter(|k| !k.is_empty())
-                    .map(KeySource::Fixed)
-                    .unwrap_or(KeySource::None);
-                endpoints.push((
-                    p.id.clone(),
-                    p.base_url.clone(),
-                    key,
-                    p.headers.clone().unwrap_or_default(),
-                    core.copapo.settings_of(Some(p)),
-                ));
-            }
-            let lists = futures::future::join_all(endpoints.iter().map(
-                |(_, base, key, headers, settings)| {
-                    core.shared
-                        .list(base, key, headers.clone(), settings, timeout)
-                },
-            ))
-            .await;
-            for ((prefix, _, _, _, _), list) in endpoints.iter().zip(lists) {
-                for info in list.iter().filter(|m| !m.id.trim().is_empty()) {
-                    let declared = (prefix == &core.id)
-                        .then(|| core.options.models.get(&info.id))
-                        .flatten();
-                    let levels = thinking_levels(declared, Some(info));
-                    models.push(SessionModelInfo {
-                        id: format!("{prefix}/{}", info.id),
-                        provider: core.id.clone(),
-                        name: if info.name.trim().is_empty() {
-                            info.id.clone()
-                        } else {
-                            info.name.clone()
-                        },
-                        max_context_window: info
-                            .context_tokens
-                            .filter(|c| *c > 0)
-                            .map(|c| c as i64),
-                        max_output_tokens: info
-                            .max_output_tokens
-                            .filter(|c| *c > 0)
-                            .map(|c| c as i64),
-                        max_prompt_tokens: None,
-                        supports_vision: None,
-                        policy_state: None,
-                        config_schema: level_schema(&levels),
-                        meta: None,
-                    });
-                }
-            }
-        }
-        if let Some(reference) = reference
-            && !models.iter().any(|m| m.id == reference)
-        {
-            // Unlisted, the model still takes the levels the record declares for it.
-            let declared = core.options.base_url.as_deref().and_then(|base| {
-                crate::models::resolve_connection(
-                    &core.id,
-                    Some(&reference),
-                    Some(base),
-                    &core.copapo,
-                    &[],
-                )
-                .ok()
-                .filter(|c| c.provider.is_none() && c.base_url == base)
-                .and_then(|c| core.options.models.get(&c.model_id))
-            });
-            let levels = if core.embedder.adapter.is_none() {
-                thinking_levels(declared, None)
-            } else {
-                Vec::new()
-            };
-            models.insert(
-                0,
-                SessionModelInfo {
-                    id: reference.clone(),
-                    provider: core.id.clone(),
-                    name: reference,
-                    max_context_window: None,
-                    max_output_tokens: None,
-                    max_prompt_tokens: None,
-                    supports_vision: None,
-                    policy_state: None,
-                    config_schema: level_schema(&levels),
-                    meta: None,
-                },
-            );
-        }
-        Probe {
-            models,
-            customizations: None,
-        }
+        catalogue::probe(&self.core).await
     }
 
     async fn list(&self) -> Vec<PastSession> {
@@ -669,31 +361,4 @@ impl Agent for CofoldAgent {
             Err(e) => Err(AgentError::Failed(e.message)),
         }
     }
-}
-
-fn level_schema(levels: &[&str]) -> Option<ahp_types::state::ConfigSchema> {
-    if levels.is_empty() {
-        return None;
-    }
-    let labels: Vec<&str> = levels
-        .iter()
-        .map(|l| match *l {
-            "off" => "Off",
-            "low" => "Low",
-            "medium" => "Medium",
-            _ => "High",
-        })
-        .collect();
-    let default = if levels.contains(&"off") {
-        "off"
-    } else {
-        levels[0]
-    };
-    serde_json::from_value(json!({
-        "type": "object",
-        "properties": { "thinkingLevel": {
-            "type": "string", "title": "Thinking", "enum": levels, "enumLabels": labels, "default": default
-        } }
-    }))
-    .ok()
 }

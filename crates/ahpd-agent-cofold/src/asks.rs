@@ -8,6 +8,14 @@ use ahp_types::state::{
 use cofold_agents::question::Question;
 use serde_json::{Map, Value, json};
 
+/// What the model reads when a person declines a call.
+pub const DECLINED: &str = "The person declined this action";
+/// What the model reads when an approval or question could not be put to anyone.
+pub const UNANSWERED: &str = "No one could answer this request; it was not carried out";
+/// How an approved call whose edited input does not parse is refused (the parser's sentence
+/// follows).
+pub const NOT_JSON: &str = "The edited input is not JSON, so nothing ran";
+
 /// The message every question carries.
 pub const QUESTION_MESSAGE: &str = "The agent has a question";
 

@@ -6,10 +6,8 @@ use std::sync::Arc;
 
 use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
-use cofold_agents::model::{
-    ModelAdapter, ModelParams, ModelSpec, ReasoningEffort, ReasoningParams,
-};
-use cofold_agents::policy::{ModeContext, PermissionMode, policy_of};
+use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
+use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
 use cofold_tools::standard::{StandardArgs, standard_capabilities};
@@ -17,8 +15,7 @@ use cofold_tools::web::ClientSource;
 use serde_json::Value;
 
 use crate::models::{
-    ClientError, ConnectionError, Copapo, DEFAULT_WINDOW, KeySource, Shared, auto_compact_point,
-    resolve_connection,
+    ClientError, ConnectionError, Copapo, Shared, auto_compact_point, resolve_connection,
 };
 use crate::options::{CofoldOptions, DEFAULT_INSTRUCTIONS, Embedder, Environment};
 
@@ -188,39 +185,6 @@ impl AgentCore {
         )))
     }
 
-    /// The key for a request to `base`.
-    fn key_for(
-        &self,
-        base: &str,
-        agent_endpoint: Option<&str>,
-        credential: Option<String>,
-        copapo: &Copapo,
-    ) -> KeySource {
-        let provider_key = |base: &str| {
-            copapo
-                .providers
-                .iter()
-                .find(|p| p.base_url == base)
-                .and_then(|p| p.api_key.clone())
-                .filter(|k| !k.is_empty())
-        };
-        if agent_endpoint == Some(base) {
-            if let Some(token) = credential {
-                return KeySource::Fixed(token);
-            }
-            if let Some(key) = &self.options.api_key {
-                return KeySource::Fixed(key.clone());
-            }
-            if let Some(f) = &self.embedder.api_key {
-                return KeySource::Dynamic(f.clone());
-            }
-        }
-        match provider_key(base) {
-            Some(k) => KeySource::Fixed(k),
-            None => KeySource::None,
-        }
-    }
-
     /// The endpoint the agent's configured reference resolves to, for keys and the resource.
     pub fn agent_endpoint(&self, copapo: &Copapo) -> Option<String> {
         if let Some(base) = &self.options.base_url {
@@ -232,26 +196,9 @@ impl AgentCore {
             .map(|c| c.base_url)
     }
 
-    /// The model ids of each copapo provider whose catalogue was read (as the probe reads it:
-    /// with the entry's own key), for the sentence of a reference that names no provider.
-    fn listed(&self, copapo: &Copapo) -> Vec<(String, Vec<String>)> {
-        copapo
-            .providers
-            .iter()
-            .filter_map(|p| {
-                let key = p
-                    .api_key
-                    .clone()
-                    .filter(|k| !k.is_empty())
-                    .map(KeySource::Fixed)
-                    .unwrap_or(KeySource::None);
-                let list = self.shared.cached(&p.base_url, &key)?;
-                Some((p.id.clone(), list.iter().map(|m| m.id.clone()).collect()))
-            })
-            .collect()
-    }
-
     /// Builds the cofold agent of one turn, or says why the turn fails.
+    // Long: the runtime is assembled in one place so the order of tools (the extras, ask_user,
+    // then the standard capabilities that yield to their names) stays visible.
     pub fn turn_agent(
         &self,
         turn: &TurnSettings,
@@ -272,12 +219,7 @@ impl AgentCore {
                 reason: error.clone(),
             });
         }
-        let instructions = turn
-            .instructions
-            .clone()
-            .or_else(|| self.options.instructions.clone())
-            .or_else(|| copapo.instructions.clone())
-            .unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned());
+        let instructions = self.instructions(turn, copapo);
         let effort = effort_of(turn.level.as_deref());
         let params = ModelParams {
             reasoning: effort.map(|e| ReasoningParams {
@@ -286,99 +228,14 @@ impl AgentCore {
             }),
             ..ModelParams::default()
         };
-        let mut images = false;
-        // The web tools go out the way the turn's model requests do: its provider's proxy and
-        // extra certificates, and the agent's proxy variables.
-        let mut network = cofold_openai::Network::default();
-        let (adapter, reference, window): (Arc<dyn ModelAdapter>, String, u64) =
-            match &self.embedder.adapter {
-                Some(adapter) => (
-                    adapter.clone(),
-                    turn.reference
-                        .clone()
-                        .unwrap_or_else(|| adapter.model_id().to_owned()),
-                    DEFAULT_WINDOW,
-                ),
-                None => {
-                    let lists = self.listed(copapo);
-                    let listed: Vec<(&str, &[String])> = lists
-                        .iter()
-                        .map(|(p, m)| (p.as_str(), m.as_slice()))
-                        .collect();
-                    let connection = resolve_connection(
-                        &self.id,
-                        turn.reference.as_deref(),
-                        turn.base_url.as_deref(),
-                        copapo,
-                        &listed,
-                    )?;
-                    let agent_endpoint = self.agent_endpoint(copapo);
-                    let key = self.key_for(
-                        &connection.base_url,
-                        agent_endpoint.as_deref(),
-                        credential,
-                        copapo,
-                    );
-                    let headers = connection
-                        .provider
-                        .as_ref()
-                        .and_then(|p| p.headers.clone())
-                        .unwrap_or_default();
-                    let mut settings = copapo.settings_of(connection.provider.as_ref());
-                    // The agent's own limits win over its provider's for its requests alone; the
-                    // transport cache keys on the settings, so other agents keep theirs.
-                    settings.limits = self.options.model_timeouts.over(settings.limits);
-                    network = settings.network.clone();
-                    let url = &connection.base_url;
-                    let provider = self
-                        .shared
-                        .provider(url, &key, headers.clone(), &settings)?;
-                    let cached = self.shared.cached(&connection.base_url, &key);
-                    if cached.is_none() {
-                        // The turn never waits for the catalogue; the next probe and turn find it.
-                        let shared = self.shared.clone();
-                        let (base, key, headers) =
-                            (connection.base_url.clone(), key.clone(), headers.clone());
-                        let settings = settings.clone();
-                        let timeout =
-                            std::time::Duration::from_millis(self.options.catalogue_timeout_ms);
-                        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                            runtime.spawn(async move {
-                                shared.list(&base, &key, headers, &settings, timeout).await;
-                            });
-                        }
-                    }
-                    let info = cached.and_then(|list| {
-                        list.iter().find(|m| m.id == connection.model_id).cloned()
-                    });
-                    images = info.as_ref().is_some_and(|i| i.features.images);
-                    let window = info
-                        .as_ref()
-                        .and_then(|i| i.context_tokens)
-                        .filter(|w| *w > 0)
-                        .unwrap_or(DEFAULT_WINDOW);
-                    // Only image support is taken from the catalogue: an explicit feature set
-                    // replaces the adapter's defaults, so the rest keeps them.
-                    let features = images.then_some(cofold_agents::model::ModelFeatures {
-                        tools: true,
-                        streaming: true,
-                        images: true,
-                        structured_output: false,
-                        reasoning: effort.is_some(),
-                    });
-                    let spec = ModelSpec {
-                        id: connection.model_id.clone(),
-                        features,
-                        params: Some(params.clone()),
-                        pricing: info.and_then(|i| i.pricing),
-                    };
-                    (
-                        Arc::new(provider.adapter(spec)),
-                        turn.reference.clone().unwrap_or_default(),
-                        window,
-                    )
-                }
-            };
+        let model = self.turn_model(turn, copapo, credential, &params, effort.is_some())?;
+        let (adapter, reference, window, images, network) = (
+            model.adapter,
+            model.reference,
+            model.window,
+            model.images,
+            model.network,
+        );
         let point = auto_compact_point(
             window,
             self.options.auto_compact_tokens,
@@ -424,7 +281,33 @@ impl AgentCore {
         for capability in capabilities {
             builder = builder.capability_excluding(capability, host_tool_names.to_vec());
         }
-        let policy = match &self.embedder.policy {
+        let policy = self.turn_policy(turn, workspace);
+        let agent = builder
+            .policy(policy)
+            .build()
+            .map_err(|e| TurnAgentError::Assembly(e.message))?;
+        Ok(TurnAgent {
+            agent,
+            reference,
+            memory_dir,
+            images,
+        })
+    }
+
+    /// The turn's instructions: the session's, else the record's, else copapo's, else the
+    /// default.
+    fn instructions(&self, turn: &TurnSettings, copapo: &Copapo) -> String {
+        turn.instructions
+            .clone()
+            .or_else(|| self.options.instructions.clone())
+            .or_else(|| copapo.instructions.clone())
+            .unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned())
+    }
+
+    /// The approval policy: the embedder's, else the turn's permission mode with the
+    /// workspace as what is inside.
+    fn turn_policy(&self, turn: &TurnSettings, workspace: &Path) -> Arc<dyn Policy> {
+        match &self.embedder.policy {
             Some(policy) => policy.clone(),
             None => {
                 let root = workspace.to_path_buf();
@@ -438,17 +321,7 @@ impl AgentCore {
                     },
                 )
             }
-        };
-        let agent = builder
-            .policy(policy)
-            .build()
-            .map_err(|e| TurnAgentError::Assembly(e.message))?;
-        Ok(TurnAgent {
-            agent,
-            reference,
-            memory_dir,
-            images,
-        })
+        }
     }
 }
 

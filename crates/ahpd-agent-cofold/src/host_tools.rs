@@ -219,7 +219,7 @@ impl HostToolContext {
                 Value::Object(map) => Ok(map),
                 _ => Ok(Map::new()),
             },
-            ChatInputResponseKind::Decline => Err(HostToolError::new(crate::session::DECLINED)),
+            ChatInputResponseKind::Decline => Err(HostToolError::new(asks::DECLINED)),
             _ => Err(HostToolError::new(STOPPED)),
         }
     }

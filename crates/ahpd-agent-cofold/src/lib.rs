@@ -5,32 +5,37 @@
 //! `AGENT.md` for how the `Agent` and `Session` contracts are met.
 
 mod actions;
-pub mod agent;
+mod agent;
 mod approval_keys;
 mod asks;
 mod attachments;
-pub mod build;
+mod build;
+mod catalogue;
 mod client_tools;
 mod edits;
-pub mod host_tools;
-pub mod machine;
-pub mod mcp;
-pub mod models;
-pub mod options;
-pub mod plugin;
+mod host_tools;
+mod machine;
+mod mcp;
+mod models;
+mod options;
+mod plugin;
 mod readback;
 mod schema_wording;
-pub mod session;
+mod scratch;
+mod session;
+mod session_config;
 mod transcript;
 mod turn_facts;
+mod turn_model;
 mod turn_parts;
 mod turns;
 
 pub use agent::{AgentBuildError, CofoldAgent, cofold_agent, cofold_agent_with};
 pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};
+pub use models::{Copapo, KeySource, Shared, read_copapo};
 pub use options::{
-    CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, options_schema,
-    record_schema,
+    CofoldOptions, EditObserver, EditPhase, Embedder, Environment, KeyFunction, OptionsError,
+    options_schema, record_schema,
 };
 pub use plugin::{CofoldEngine, CofoldPlugin, plugin};
 pub use session::{CofoldSession, REPLACED};

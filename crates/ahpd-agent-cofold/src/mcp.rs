@@ -26,21 +26,39 @@ use tokio_util::sync::CancellationToken;
 
 /// Checks a record's `mcpServers`: a valid setting whose environment and header values are all
 /// `$secret` references (a record is shown to clients, so it holds no value itself).
-pub fn check_record_servers(value: &Value) -> Result<(), String> {
-    let servers =
-        ahpd_mcp::spec::parse_servers("config.mcpServers", value).map_err(|e| e.to_string())?;
+pub fn check_record_servers(value: &Value) -> Result<(), RecordServersError> {
+    let servers = ahpd_mcp::spec::parse_servers("config.mcpServers", value)?;
     for (name, spec) in &servers {
         if spec.has_literal_values() {
             let key = match spec.kind() {
                 "stdio" => "env",
                 _ => "headers",
             };
-            return Err(format!(
-                "config.mcpServers.{name}.{key}: a record keeps these values in the vault: store each with ahpd vault set host:<name> and write {{\"$secret\": \"host:<name>\"}}"
-            ));
+            return Err(RecordServersError::LiteralValues {
+                server: name.clone(),
+                key,
+            });
         }
     }
     Ok(())
+}
+
+/// Why a record's `mcpServers` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordServersError {
+    /// Not a valid `mcpServers` setting.
+    #[error(transparent)]
+    Spec(#[from] ahpd_mcp::spec::SpecError),
+    /// A server's environment or headers hold a value rather than a vault reference.
+    #[error(
+        "config.mcpServers.{server}.{key}: a record keeps these values in the vault: store each with ahpd vault set host:<name> and write {{\"$secret\": \"host:<name>\"}}"
+    )]
+    LiteralValues {
+        /// The server's name.
+        server: String,
+        /// `env` or `headers`.
+        key: &'static str,
+    },
 }
 
 /// The customization id of a server in a session.

@@ -164,6 +164,8 @@ pub struct WrittenOptions {
 #[schemars(deny_unknown_fields)]
 pub struct ModelEntry {
     /// The thinking levels the model accepts.
+    // Only the derived schema reads it; the entries themselves are kept as written.
+    #[allow(dead_code)]
     pub supports_reasoning_effort: Option<Vec<String>>,
 }
 

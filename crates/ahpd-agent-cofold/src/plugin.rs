@@ -122,7 +122,8 @@ impl Engine for CofoldEngine {
             }
         }
         if let Some(servers) = config.get("mcpServers") {
-            crate::mcp::check_record_servers(servers).map_err(RecordError::Schema)?;
+            crate::mcp::check_record_servers(servers)
+                .map_err(|e| RecordError::Schema(e.to_string()))?;
         }
         let schema = record_schema();
         let props = schema.get("properties").and_then(Value::as_object);

@@ -240,196 +240,232 @@ impl TurnMapper {
                     ),
                 ));
             }
-            EventBody::ToolProposed {
-                call_id,
-                name,
-                input,
-                subject,
-            } => {
-                // A host tool is titled by its name, whatever cofold tool it shares it with.
-                let host = self.host_tools.get(name).cloned();
-                let shell = name == "shell_exec" && host.is_none();
-                let title = if host.is_some() {
-                    name.clone()
-                } else {
-                    call_title(
-                        name,
-                        subject.as_deref(),
-                        &self.workspace,
-                        self.memory_dir.as_deref(),
-                    )
-                };
-                let tool_input = if shell {
-                    input
-                        .as_ref()
-                        .and_then(|i| i.get("command"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                } else {
-                    input.as_ref().map(|i| match i {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                };
-                let (intention, meta) = if shell {
-                    (
-                        tool_input.clone(),
-                        act::meta(vec![("toolKind", json!("terminal"))]),
-                    )
-                } else {
-                    (None, None)
-                };
-                self.seen_calls.insert(call_id.clone());
-                let client = self.client_tools.get(name).cloned();
-                // A client-run call is started by its wrapper, ahead of the host's ask.
-                if client.is_none() {
-                    let shown = self.shown_id(call_id);
-                    let mut start = act::tool_start(&turn, &shown, name, intention, meta, None);
-                    if let (Some(display), StateAction::ChatToolCallStart(s)) = (&host, &mut start)
-                    {
-                        s.display_name = display.clone();
-                    }
-                    out.push(start);
-                }
-                self.calls.insert(
-                    call_id.clone(),
-                    CallView {
-                        title,
-                        shell,
-                        tool_input,
-                        client: client.is_some(),
-                        name: name.clone(),
-                        ..CallView::default()
-                    },
-                );
-            }
-            EventBody::ToolStarted { call_id, .. } => {
-                let turn = turn.clone();
-                let shown = self.shown_id(call_id);
-                if let Some(call) = self.calls.get_mut(call_id) {
-                    let at = event.at.to_string();
-                    call.started_at = Some(at.clone());
-                    // A client-run call is made ready by the host.
-                    if !call.approved && !call.ready && !call.client {
-                        call.ready = true;
-                        let mut meta = vec![("ahpd.startedAt", json!(at))];
-                        if call.shell {
-                            meta.insert(0, ("toolKind", json!("terminal")));
-                        }
-                        out.push(act::tool_ready(
-                            &turn,
-                            &shown,
-                            &call.title,
-                            call.tool_input.clone(),
-                            call.shell.then(|| call.tool_input.clone()).flatten(),
-                            act::meta(meta),
-                        ));
-                    }
-                }
-            }
-            EventBody::ToolCompleted {
-                call_id: raw_call_id,
-                content,
-                is_error,
-                duration_ms,
-                ..
-            } => {
-                let call_id = &self.shown_id(raw_call_id);
-                if let Some(call) = self.calls.remove(raw_call_id)
-                    && !call.client
-                {
-                    let mut meta = Vec::new();
-                    if call.shell {
-                        meta.push(("toolKind", json!("terminal")));
-                    }
-                    // A store written before starts were recorded has only the end and the
-                    // duration; the start follows from them.
-                    let started = call.started_at.clone().or_else(|| {
-                        let micros = event.at.unix_micros() - (*duration_ms as i64) * 1000;
-                        Some(Timestamp::from_unix_micros(micros).to_string())
-                    });
-                    if let Some(at) = &started {
-                        meta.push(("ahpd.startedAt", json!(at)));
-                    }
-                    meta.push(("ahpd.endedAt", json!(event.at.to_string())));
-                    meta.push(("ahpd.durationMs", json!(duration_ms)));
-                    out.push(act::tool_complete(
-                        &turn,
-                        call_id,
-                        &call.title,
-                        content,
-                        *is_error,
-                        act::meta(meta),
-                    ));
-                }
-            }
-            EventBody::ToolDenied {
-                call_id: raw_call_id,
-                reason,
-                ..
-            } => {
-                let call_id = &self.shown_id(raw_call_id);
-                if let Some(call) = self.calls.remove(raw_call_id) {
-                    if call.client {
-                        // Its wrapper never ran, so nothing said its start yet.
-                        let owner = self.client_tools.get(&call.name).cloned();
-                        out.push(act::tool_start(
-                            &turn,
-                            call_id,
-                            &call.name,
-                            None,
-                            None,
-                            owner.as_deref(),
-                        ));
-                    }
-                    let meta = call
-                        .shell
-                        .then(|| act::meta(vec![("toolKind", json!("terminal"))]))
-                        .flatten();
-                    if !call.ready && !call.approved {
-                        out.push(act::tool_ready(
-                            &turn,
-                            call_id,
-                            &call.title,
-                            call.tool_input.clone(),
-                            call.shell.then(|| call.tool_input.clone()).flatten(),
-                            meta.clone(),
-                        ));
-                    }
-                    out.push(act::tool_complete(
-                        &turn,
-                        call_id,
-                        &call.title,
-                        reason,
-                        true,
-                        meta,
-                    ));
-                }
-            }
-            EventBody::RunFinished { outcome } => {
-                let duration = self.duration_ms(&event.at);
-                let final_usage = usage_info(&outcome.usage, self.model.as_deref(), outcome.cost);
-                match &outcome.kind {
-                    OutcomeKind::Completed { .. } | OutcomeKind::Stopped { .. } => {
-                        out.push(act::usage(&turn, final_usage));
-                        out.push(act::turn_complete(&turn, duration));
-                    }
-                    OutcomeKind::Failed { error } => {
-                        out.push(act::usage(&turn, final_usage));
-                        let message = if error.message.is_empty() {
-                            "The turn failed"
-                        } else {
-                            &error.message
-                        };
-                        // Only a failure of a model call can be tried again.
-                        out.push(act::turn_error(&turn, duration, message, self.in_model));
-                    }
-                    OutcomeKind::Cancelled { .. } | OutcomeKind::Awaiting { .. } => {}
-                }
-            }
+            EventBody::ToolProposed { .. } => self.tool_proposed(&mut out, event),
+            EventBody::ToolStarted { .. } => self.tool_started(&mut out, event),
+            EventBody::ToolCompleted { .. } => self.tool_completed(&mut out, event),
+            EventBody::ToolDenied { .. } => self.tool_denied(&mut out, event),
+            EventBody::RunFinished { .. } => self.run_finished(&mut out, event),
             _ => {}
         }
         out
+    }
+
+    /// A proposed call starts its tool call (a client-run one is started by its wrapper).
+    fn tool_proposed(&mut self, out: &mut Vec<StateAction>, event: &Event) {
+        let EventBody::ToolProposed {
+            call_id,
+            name,
+            input,
+            subject,
+        } = &event.body
+        else {
+            return;
+        };
+        let turn = self.turn_id.clone();
+        // A host tool is titled by its name, whatever cofold tool it shares it with.
+        let host = self.host_tools.get(name).cloned();
+        let shell = name == "shell_exec" && host.is_none();
+        let title = if host.is_some() {
+            name.clone()
+        } else {
+            call_title(
+                name,
+                subject.as_deref(),
+                &self.workspace,
+                self.memory_dir.as_deref(),
+            )
+        };
+        let tool_input = if shell {
+            input
+                .as_ref()
+                .and_then(|i| i.get("command"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        } else {
+            input.as_ref().map(|i| match i {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        let (intention, meta) = if shell {
+            (
+                tool_input.clone(),
+                act::meta(vec![("toolKind", json!("terminal"))]),
+            )
+        } else {
+            (None, None)
+        };
+        self.seen_calls.insert(call_id.clone());
+        let client = self.client_tools.get(name).cloned();
+        // A client-run call is started by its wrapper, ahead of the host's ask.
+        if client.is_none() {
+            let shown = self.shown_id(call_id);
+            let mut start = act::tool_start(&turn, &shown, name, intention, meta, None);
+            if let (Some(display), StateAction::ChatToolCallStart(s)) = (&host, &mut start) {
+                s.display_name = display.clone();
+            }
+            out.push(start);
+        }
+        self.calls.insert(
+            call_id.clone(),
+            CallView {
+                title,
+                shell,
+                tool_input,
+                client: client.is_some(),
+                name: name.clone(),
+                ..CallView::default()
+            },
+        );
+    }
+
+    /// A call that starts without an approval is made ready as it starts.
+    fn tool_started(&mut self, out: &mut Vec<StateAction>, event: &Event) {
+        let EventBody::ToolStarted { call_id, .. } = &event.body else {
+            return;
+        };
+        let turn = self.turn_id.clone();
+        let shown = self.shown_id(call_id);
+        if let Some(call) = self.calls.get_mut(call_id) {
+            let at = event.at.to_string();
+            call.started_at = Some(at.clone());
+            // A client-run call is made ready by the host.
+            if !call.approved && !call.ready && !call.client {
+                call.ready = true;
+                let mut meta = vec![("ahpd.startedAt", json!(at))];
+                if call.shell {
+                    meta.insert(0, ("toolKind", json!("terminal")));
+                }
+                out.push(act::tool_ready(
+                    &turn,
+                    &shown,
+                    &call.title,
+                    call.tool_input.clone(),
+                    call.shell.then(|| call.tool_input.clone()).flatten(),
+                    act::meta(meta),
+                ));
+            }
+        }
+    }
+
+    /// A finished call completes, with its start, end and duration.
+    fn tool_completed(&mut self, out: &mut Vec<StateAction>, event: &Event) {
+        let EventBody::ToolCompleted {
+            call_id: raw_call_id,
+            content,
+            is_error,
+            duration_ms,
+            ..
+        } = &event.body
+        else {
+            return;
+        };
+        let turn = self.turn_id.clone();
+        let call_id = &self.shown_id(raw_call_id);
+        if let Some(call) = self.calls.remove(raw_call_id)
+            && !call.client
+        {
+            let mut meta = Vec::new();
+            if call.shell {
+                meta.push(("toolKind", json!("terminal")));
+            }
+            // A store written before starts were recorded has only the end and the
+            // duration; the start follows from them.
+            let started = call.started_at.clone().or_else(|| {
+                let micros = event.at.unix_micros() - (*duration_ms as i64) * 1000;
+                Some(Timestamp::from_unix_micros(micros).to_string())
+            });
+            if let Some(at) = &started {
+                meta.push(("ahpd.startedAt", json!(at)));
+            }
+            meta.push(("ahpd.endedAt", json!(event.at.to_string())));
+            meta.push(("ahpd.durationMs", json!(duration_ms)));
+            out.push(act::tool_complete(
+                &turn,
+                call_id,
+                &call.title,
+                content,
+                *is_error,
+                act::meta(meta),
+            ));
+        }
+    }
+
+    /// A denied call is started and made ready when nothing said so yet, then completes as failed.
+    fn tool_denied(&mut self, out: &mut Vec<StateAction>, event: &Event) {
+        let EventBody::ToolDenied {
+            call_id: raw_call_id,
+            reason,
+            ..
+        } = &event.body
+        else {
+            return;
+        };
+        let turn = self.turn_id.clone();
+        let call_id = &self.shown_id(raw_call_id);
+        if let Some(call) = self.calls.remove(raw_call_id) {
+            if call.client {
+                // Its wrapper never ran, so nothing said its start yet.
+                let owner = self.client_tools.get(&call.name).cloned();
+                out.push(act::tool_start(
+                    &turn,
+                    call_id,
+                    &call.name,
+                    None,
+                    None,
+                    owner.as_deref(),
+                ));
+            }
+            let meta = call
+                .shell
+                .then(|| act::meta(vec![("toolKind", json!("terminal"))]))
+                .flatten();
+            if !call.ready && !call.approved {
+                out.push(act::tool_ready(
+                    &turn,
+                    call_id,
+                    &call.title,
+                    call.tool_input.clone(),
+                    call.shell.then(|| call.tool_input.clone()).flatten(),
+                    meta.clone(),
+                ));
+            }
+            out.push(act::tool_complete(
+                &turn,
+                call_id,
+                &call.title,
+                reason,
+                true,
+                meta,
+            ));
+        }
+    }
+
+    /// The run's end: final usage, then the turn completes or fails (cancels and pauses say nothing).
+    fn run_finished(&mut self, out: &mut Vec<StateAction>, event: &Event) {
+        let EventBody::RunFinished { outcome } = &event.body else {
+            return;
+        };
+        let turn = self.turn_id.clone();
+        let duration = self.duration_ms(&event.at);
+        let final_usage = usage_info(&outcome.usage, self.model.as_deref(), outcome.cost);
+        match &outcome.kind {
+            OutcomeKind::Completed { .. } | OutcomeKind::Stopped { .. } => {
+                out.push(act::usage(&turn, final_usage));
+                out.push(act::turn_complete(&turn, duration));
+            }
+            OutcomeKind::Failed { error } => {
+                out.push(act::usage(&turn, final_usage));
+                let message = if error.message.is_empty() {
+                    "The turn failed"
+                } else {
+                    &error.message
+                };
+                // Only a failure of a model call can be tried again.
+                out.push(act::turn_error(&turn, duration, message, self.in_model));
+            }
+            OutcomeKind::Cancelled { .. } | OutcomeKind::Awaiting { .. } => {}
+        }
     }
 
     /// Names the tools clients run, so their calls carry the client as contributor.

@@ -185,7 +185,7 @@ impl Machines {
             Some(p) => Some(
                 self.opts
                     .profile(p)
-                    .map_err(ComputerError::Invalid)?
+                    .map_err(|e| ComputerError::Invalid(e.to_string()))?
                     .clone(),
             ),
             None => None,
@@ -341,26 +341,7 @@ impl Machines {
         )
         .map_err(ComputerError::Invalid)?;
         let binds = self.binds(&spec, &fixed)?;
-        let mut labels = std::mem::take(&mut spec.labels);
-        labels.insert(label::COMPUTER.into(), "1".into());
-        labels.insert(label::HOST.into(), self.host_id.clone());
-        labels.insert(label::AGENTS.into(), spec.agents.join(","));
-        labels.insert(label::INIT.into(), self.build.file.clone());
-        labels.insert(
-            label::STATE.into(),
-            if mode == StateMode::Host {
-                "host"
-            } else {
-                "volume"
-            }
-            .into(),
-        );
-        if let Some(p) = &spec.profile {
-            labels.insert(label::PROFILE.into(), p.clone());
-        }
-        if let Some(f) = &spec.folder {
-            labels.insert(label::FOLDER.into(), f.clone());
-        }
+        let labels = self.labels(&mut spec, mode);
         let entry = format!("{BIN_DIR}/{}", self.build.file);
         let host_config = HostConfig {
             binds: Some(binds),
@@ -386,24 +367,7 @@ impl Machines {
                 volume_labels.insert(k.to_owned(), v.clone());
             }
         }
-        // Made before the container, so they carry this daemon's labels; one that exists is
-        // kept as it is (a profile's next machine finds what the last one left).
-        for v in &fixed.volumes {
-            docker
-                .create_volume(bollard::models::VolumeCreateRequest {
-                    name: Some(v.name.clone()),
-                    labels: Some(volume_labels.clone()),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| {
-                    ComputerError::Failed(format!(
-                        "cannot make the volume {}: {}",
-                        v.name,
-                        words(&e)
-                    ))
-                })?;
-        }
+        make_volumes(docker, &fixed.volumes, &volume_labels).await?;
         docker
             .create_container(
                 Some(CreateContainerOptions {
@@ -446,6 +410,32 @@ impl Machines {
         }
         tracing::info!(machine = %spec.id, image = %spec.image, "made computer://{}", spec.id);
         Ok(())
+    }
+
+    /// A machine's labels: the spec's own, then the ones that make it this daemon's and say
+    /// what it was made from.
+    fn labels(&self, spec: &mut Spec, mode: StateMode) -> HashMap<String, String> {
+        let mut labels = std::mem::take(&mut spec.labels);
+        labels.insert(label::COMPUTER.into(), "1".into());
+        labels.insert(label::HOST.into(), self.host_id.clone());
+        labels.insert(label::AGENTS.into(), spec.agents.join(","));
+        labels.insert(label::INIT.into(), self.build.file.clone());
+        labels.insert(
+            label::STATE.into(),
+            if mode == StateMode::Host {
+                "host"
+            } else {
+                "volume"
+            }
+            .into(),
+        );
+        if let Some(p) = &spec.profile {
+            labels.insert(label::PROFILE.into(), p.clone());
+        }
+        if let Some(f) = &spec.folder {
+            labels.insert(label::FOLDER.into(), f.clone());
+        }
+        labels
     }
 
     /// The engine's binds of a machine: the build folder, then the spec's and the needs'
@@ -581,4 +571,26 @@ impl Machines {
         };
         r.map_err(|e| ComputerError::Failed(words(&e)))
     }
+}
+
+/// Makes a machine's state volumes before its container, so they carry this daemon's labels;
+/// one that exists is kept as it is (a profile's next machine finds what the last one left).
+async fn make_volumes(
+    docker: &bollard::Docker,
+    volumes: &[needs::Volume],
+    labels: &HashMap<String, String>,
+) -> Result<(), ComputerError> {
+    for v in volumes {
+        docker
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(v.name.clone()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                ComputerError::Failed(format!("cannot make the volume {}: {}", v.name, words(&e)))
+            })?;
+    }
+    Ok(())
 }

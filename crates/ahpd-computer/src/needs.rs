@@ -121,7 +121,7 @@ pub fn volume_name(pieces: &[&str]) -> String {
 }
 
 /// Mounts and volumes of a machine being made for these agents' needs.
-pub fn fix(
+pub(crate) fn fix(
     needs: &BTreeMap<String, MachineNeed>,
     provider: &str,
     machine: &str,
@@ -215,7 +215,7 @@ fn check_targets(fixed: &Fixed) -> Result<(), String> {
 }
 
 /// The variables of an inner start, `NAME=value`, read now (vault values included).
-pub fn variables(
+pub(crate) fn variables(
     needs: &BTreeMap<String, MachineNeed>,
     profile: Option<&Profile>,
     opts: &Options,

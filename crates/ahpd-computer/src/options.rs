@@ -138,107 +138,190 @@ pub struct Options {
     pub start_timeout_ms: u64,
 }
 
+/// Where the plugin's options sit in the daemon's configuration, as error sentences name them.
+const AT: &str = "plugins.@ahpd/computer.options";
+
+/// Why resolved options were refused; each sentence names the option's path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// The options do not have the expected shape.
+    #[error("{at}: {problem}")]
+    Shape {
+        /// The path of the offending key.
+        at: String,
+        /// What is wrong there.
+        problem: String,
+    },
+    /// The engine address is not a unix socket.
+    #[error("{AT}.engine: only a unix:// socket is served in this version, not {0}")]
+    Engine(String),
+    /// A runtime other than docker was named.
+    #[error("{AT}.runtime: the only runtime is docker")]
+    Runtime,
+    /// A mount is malformed.
+    #[error("{at}: {source}")]
+    Mount {
+        /// The path of the mount.
+        at: String,
+        /// What is wrong with it.
+        source: MountError,
+    },
+    /// An image pattern is malformed.
+    #[error("{AT}.images: {0}")]
+    Pattern(#[from] PatternError),
+    /// A variable in `needs` is neither a string nor a host vault reference.
+    #[error("{at}.needs.{key}: {problem}")]
+    Need {
+        /// The path of the `needs` map.
+        at: String,
+        /// The variable.
+        key: String,
+        /// What is wrong with its value.
+        problem: String,
+    },
+    /// `sessionDefault` names neither a machine nor a known profile.
+    #[error("{AT}.sessionDefault: \"\", computer://<id> or disposable:<a profile>")]
+    SessionDefault,
+    /// A profile's folder is relative.
+    #[error("{at}.folder: a host folder is an absolute path")]
+    Folder {
+        /// The path of the profile.
+        at: String,
+    },
+}
+
+/// Why a `src:dst[:ro]` mount was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MountError {
+    /// Not two or three colon-separated parts.
+    #[error("{0} is not src:dst or src:dst:ro")]
+    Form(String),
+    /// The source is relative, which the engine would take for a volume name.
+    #[error("the mount source {0} is relative; the engine would read it as a volume name")]
+    RelativeSource(String),
+    /// The target is relative.
+    #[error("the mount target {0} is relative")]
+    RelativeTarget(String),
+    /// The source is the container engine's socket.
+    #[error("a machine never mounts the engine's socket")]
+    EngineSocket,
+}
+
+/// An image pattern with a `*` inside a component.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}: a * stands for a whole component, not part of one")]
+pub struct PatternError(pub String);
+
+/// A profile name the options do not define.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("there is no machine profile called {name}; the profiles are {known}")]
+pub struct UnknownProfile {
+    /// The name asked for.
+    pub name: String,
+    /// The defined profiles, comma-separated, or `none`.
+    pub known: String,
+}
+
 impl Options {
     /// Reads and checks resolved options; the error is one line naming the option's path.
-    pub fn parse(value: &Value) -> Result<Options, String> {
-        let at = "plugins.@ahpd/computer.options";
+    pub fn parse(value: &Value) -> Result<Options, OptionsError> {
         // The path inside the options (`profiles.p.state`) makes the sentence name the key.
         let opts: Options = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
             let path = e.path().to_string();
-            match path.as_str() {
-                "." => format!("{at}: {}", e.inner()),
-                _ => format!("{at}.{path}: {}", e.inner()),
+            OptionsError::Shape {
+                at: match path.as_str() {
+                    "." => AT.to_owned(),
+                    _ => format!("{AT}.{path}"),
+                },
+                problem: e.inner().to_string(),
             }
         })?;
         if let Some(e) = &opts.engine
             && !e.starts_with("unix://")
         {
-            return Err(format!(
-                "{at}.engine: only a unix:// socket is served in this version, not {e}"
-            ));
+            return Err(OptionsError::Engine(e.clone()));
         }
         if let Some(r) = &opts.runtime
             && r != "docker"
         {
-            return Err(format!("{at}.runtime: the only runtime is docker"));
+            return Err(OptionsError::Runtime);
         }
-        for (i, m) in opts.mounts.iter().enumerate() {
-            check_mount(m).map_err(|e| format!("{at}.mounts.{i}: {e}"))?;
-        }
+        check_mounts(AT, &opts.mounts)?;
         for p in &opts.images {
-            check_pattern(p).map_err(|e| format!("{at}.images: {e}"))?;
+            check_pattern(p)?;
         }
-        check_needs(&opts.needs).map_err(|(k, e)| format!("{at}.needs.{k}: {e}"))?;
+        check_needs(AT, &opts.needs)?;
         let s = &opts.session_default;
         if !(s.is_empty()
             || s.starts_with("computer://")
             || s.strip_prefix("disposable:")
                 .is_some_and(|p| opts.profiles.contains_key(p)))
         {
-            return Err(format!(
-                "{at}.sessionDefault: \"\", computer://<id> or disposable:<a profile>"
-            ));
+            return Err(OptionsError::SessionDefault);
         }
         for (name, p) in &opts.profiles {
-            let at = format!("{at}.profiles.{name}");
-            for (i, m) in p.mounts.iter().enumerate() {
-                check_mount(m).map_err(|e| format!("{at}.mounts.{i}: {e}"))?;
-            }
+            let at = format!("{AT}.profiles.{name}");
+            check_mounts(&at, &p.mounts)?;
             if let Some(f) = &p.folder
                 && !f.starts_with('/')
             {
-                return Err(format!("{at}.folder: a host folder is an absolute path"));
+                return Err(OptionsError::Folder { at });
             }
-            check_needs(&p.needs).map_err(|(k, e)| format!("{at}.needs.{k}: {e}"))?;
+            check_needs(&at, &p.needs)?;
         }
         Ok(opts)
     }
 
     /// A profile by name, or the sentence naming the profiles there are.
-    pub fn profile(&self, name: &str) -> Result<&Profile, String> {
+    pub fn profile(&self, name: &str) -> Result<&Profile, UnknownProfile> {
         self.profiles.get(name).ok_or_else(|| {
             let names: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
-            format!(
-                "there is no machine profile called {name}; the profiles are {}",
-                if names.is_empty() {
+            UnknownProfile {
+                name: name.to_owned(),
+                known: if names.is_empty() {
                     "none".to_owned()
                 } else {
                     names.join(", ")
-                }
-            )
+                },
+            }
         })
     }
 }
 
+fn check_mounts(at: &str, mounts: &[String]) -> Result<(), OptionsError> {
+    for (i, m) in mounts.iter().enumerate() {
+        check_mount(m).map_err(|source| OptionsError::Mount {
+            at: format!("{at}.mounts.{i}"),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 /// `src:dst[:ro]` with absolute paths; never the engine's socket.
-pub fn check_mount(m: &str) -> Result<(), String> {
+pub fn check_mount(m: &str) -> Result<(), MountError> {
     let parts: Vec<&str> = m.split(':').collect();
     let ok_form = matches!(parts.as_slice(), [_, _] | [_, _, "ro"] | [_, _, "rw"]);
     if !ok_form {
-        return Err(format!("{m} is not src:dst or src:dst:ro"));
+        return Err(MountError::Form(m.to_owned()));
     }
     if !parts[0].starts_with('/') {
-        return Err(format!(
-            "the mount source {} is relative; the engine would read it as a volume name",
-            parts[0]
-        ));
+        return Err(MountError::RelativeSource(parts[0].to_owned()));
     }
     if !parts[1].starts_with('/') {
-        return Err(format!("the mount target {} is relative", parts[1]));
+        return Err(MountError::RelativeTarget(parts[1].to_owned()));
     }
     if parts[0].ends_with("docker.sock") || parts[0].ends_with("podman.sock") {
-        return Err("a machine never mounts the engine's socket".into());
+        return Err(MountError::EngineSocket);
     }
     Ok(())
 }
 
 /// An image pattern: whole components, `*` alone or `**` last.
-pub fn check_pattern(p: &str) -> Result<(), String> {
+pub fn check_pattern(p: &str) -> Result<(), PatternError> {
     for c in p.split(['/', ':']) {
         if c.contains('*') && c != "*" && c != "**" {
-            return Err(format!(
-                "{p}: a * stands for a whole component, not part of one"
-            ));
+            return Err(PatternError(p.to_owned()));
         }
     }
     Ok(())
@@ -266,30 +349,35 @@ pub fn image_allowed(pattern: &str, image: &str) -> bool {
 }
 
 /// Need values: strings or `{ "$secret": "host:<name>" }`.
-fn check_needs(needs: &BTreeMap<String, Value>) -> Result<(), (String, String)> {
+fn check_needs(at: &str, needs: &BTreeMap<String, Value>) -> Result<(), OptionsError> {
+    let refuse = |key: &str, problem: String| OptionsError::Need {
+        at: at.to_owned(),
+        key: key.to_owned(),
+        problem,
+    };
     for (k, v) in needs {
         match v {
             Value::String(_) => {}
             Value::Object(o) => match o.get("$secret").and_then(Value::as_str) {
                 Some(name) if name.starts_with("host:") && o.len() == 1 => {}
                 Some(name) => {
-                    return Err((
-                        k.clone(),
+                    return Err(refuse(
+                        k,
                         format!(
                             "the vault name {name} is not host:<name>; other scopes wait for accounts"
                         ),
                     ));
                 }
                 None => {
-                    return Err((
-                        k.clone(),
+                    return Err(refuse(
+                        k,
                         "a string or { \"$secret\": \"host:<name>\" }".into(),
                     ));
                 }
             },
             _ => {
-                return Err((
-                    k.clone(),
+                return Err(refuse(
+                    k,
                     "a string or { \"$secret\": \"host:<name>\" }".into(),
                 ));
             }
@@ -373,18 +461,24 @@ mod tests {
 
     #[test]
     fn bad_options_name_their_path() {
-        let e = Options::parse(&json!({"engine": "tcp://h:2375"})).expect_err("refused");
+        let e = Options::parse(&json!({"engine": "tcp://h:2375"}))
+            .expect_err("refused")
+            .to_string();
         assert!(
             e.starts_with("plugins.@ahpd/computer.options.engine:"),
             "{e}"
         );
-        let e = Options::parse(&json!({"command": "docker"})).expect_err("refused");
+        let e = Options::parse(&json!({"command": "docker"}))
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("command"), "{e}");
-        let e =
-            Options::parse(&json!({"profiles": {"p": {"state": "disk"}}})).expect_err("refused");
+        let e = Options::parse(&json!({"profiles": {"p": {"state": "disk"}}}))
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("state"), "{e}");
         let e = Options::parse(&json!({"needs": {"k": {"$secret": "team:core/k"}}}))
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("needs.k"), "{e}");
         let ok = Options::parse(&json!({"needs": {"cofoldApiKey": {"$secret": "host:deepseek"}}}))
             .expect("accepted");

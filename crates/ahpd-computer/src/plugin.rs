@@ -105,12 +105,12 @@ impl Plugin for ComputerPlugin {
     fn check(&self, options: &Value) -> Readiness {
         match Options::parse(options) {
             Ok(_) => Readiness::Ready,
-            Err(e) => Readiness::Unconfigured(e),
+            Err(e) => Readiness::Unconfigured(e.to_string()),
         }
     }
 
     async fn apply(&self, options: Value, reg: &mut dyn Registrar) -> Result<(), PluginError> {
-        let opts = Options::parse(&options).map_err(PluginError)?;
+        let opts = Options::parse(&options).map_err(|e| PluginError(e.to_string()))?;
         let uri = engine::find(opts.engine.as_deref());
         if !std::path::Path::new(uri.trim_start_matches("unix://")).exists() {
             tracing::warn!(

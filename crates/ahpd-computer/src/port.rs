@@ -188,7 +188,7 @@ impl Computers {
             .m
             .opts
             .profile(name)
-            .map_err(ComputerError::Invalid)?
+            .map_err(|e| ComputerError::Invalid(e.to_string()))?
             .clone();
         if !profile.disposable {
             return Err(ComputerError::Invalid(format!(
@@ -510,8 +510,8 @@ impl ComputerPort for Computers {
         }
     }
 
-    async fn start_inner(&self, id: &str, start: InnerStart) -> Result<InnerProcess, String> {
-        self.start(id, start).await.map_err(|e| e.to_string())
+    async fn start_inner(&self, id: &str, start: InnerStart) -> Result<InnerProcess, MachineError> {
+        self.start(id, start).await.map_err(machine_error)
     }
 
     async fn shutdown(&self) {

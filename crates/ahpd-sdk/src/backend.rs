@@ -8,12 +8,13 @@ use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::*;
 use serde_json::Value;
 
-use crate::actor::{Actor, Pending, PendingKind};
-use crate::agent::{ApprovalOutcome, ApprovalRequest, BackendMsg, ClientToolCall, InputOutcome};
+use crate::actor::Actor;
+use crate::asks::{Pending, PendingKind};
 use crate::coalesce::is_mergeable;
-use crate::session::SessionMsg;
+use crate::context::BackendMsg;
+use crate::exchange::{ApprovalOutcome, ApprovalRequest, InputOutcome};
 
-fn tool_call_of<'a>(
+pub(crate) fn tool_call_of<'a>(
     state: &'a ChatState,
     turn_id: &str,
     tool_call_id: &str,
@@ -55,7 +56,7 @@ fn tool_names(tc: &ToolCallState) -> (String, String) {
     }
 }
 
-fn failure(message: &str) -> ToolCallResult {
+pub(crate) fn failure(message: &str) -> ToolCallResult {
     ToolCallResult {
         success: false,
         past_tense_message: StringOrMarkdown::Plain(message.to_owned()),
@@ -199,13 +200,7 @@ impl Actor {
 
     /// A turn ended: settle its entries and, after success or error, start what waits.
     pub(crate) fn turn_ended(&mut self, chat: &Arc<str>, turn_id: &str, advance: bool) {
-        let keys: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| &p.chat == chat && p.turn_id == turn_id)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
+        for k in self.asks.of_turn(chat, turn_id) {
             self.settle(
                 &k,
                 &format!("The turn ended before {} answered.", "the client"),
@@ -222,7 +217,7 @@ impl Actor {
 
     /// Settle a parked entry as unanswered and remove its `inputNeeded` row.
     pub(crate) fn settle(&mut self, entry: &str, sentence: &str) {
-        let Some(p) = self.pending.remove(entry) else {
+        let Some(p) = self.asks.take(entry) else {
             return;
         };
         match p.kind {
@@ -283,6 +278,8 @@ impl Actor {
         (list("allow"), list("deny"))
     }
 
+    // Long: the permission rules (deny, allow, allowed for the session, a replaced turn) are
+    // tried in order before the approval is parked.
     fn ask_approval(
         &mut self,
         chat: &Arc<str>,
@@ -346,7 +343,7 @@ impl Actor {
             });
             return;
         }
-        if allow.contains(&tool_name) || self.allow_session.contains(&tool_name) {
+        if allow.contains(&tool_name) || self.asks.allowed_for_session(&tool_name) {
             self.apply_chat(
                 chat,
                 &ready(Some(ToolCallConfirmationReason::Setting), None),
@@ -405,7 +402,7 @@ impl Actor {
             }),
         }));
         self.apply_session(&action, None);
-        self.pending.insert(
+        self.asks.open(
             entry,
             Pending {
                 chat: chat.clone(),
@@ -465,7 +462,7 @@ impl Actor {
             }),
         }));
         self.apply_session(&action, None);
-        self.pending.insert(
+        self.asks.open(
             entry,
             Pending {
                 chat: chat.clone(),
@@ -473,125 +470,5 @@ impl Actor {
                 kind: PendingKind::Input { reply, required },
             },
         );
-    }
-
-    fn call_client_tool(
-        &mut self,
-        chat: &Arc<str>,
-        call: ClientToolCall,
-        reply: tokio::sync::oneshot::Sender<ToolCallResult>,
-    ) {
-        let exists = self.chats.get(chat).is_some_and(|c| {
-            c.state
-                .active_turn
-                .as_ref()
-                .is_some_and(|t| t.id == call.turn_id)
-        });
-        if !exists {
-            let _ = reply.send(failure(&format!(
-                "The turn ended before {} answered.",
-                call.client_id
-            )));
-            return;
-        }
-        let has_part = self
-            .chats
-            .get(chat)
-            .and_then(|c| tool_call_of(&c.state, &call.turn_id, &call.tool_call_id))
-            .is_some();
-        if !has_part {
-            let start = StateAction::ChatToolCallStart(ChatToolCallStartAction {
-                turn_id: call.turn_id.clone(),
-                tool_call_id: call.tool_call_id.clone(),
-                meta: None,
-                tool_name: call.tool_name.clone(),
-                display_name: call.tool_name.clone(),
-                intention: None,
-                contributor: None,
-            });
-            self.apply_chat(chat, &start, None);
-        }
-        let contributor = ToolCallContributor::Client(ToolCallClientContributor {
-            client_id: call.client_id.clone(),
-        });
-        let ready = StateAction::ChatToolCallReady(ChatToolCallReadyAction {
-            turn_id: call.turn_id.clone(),
-            tool_call_id: call.tool_call_id.clone(),
-            meta: None,
-            contributor: Some(contributor),
-            intention: None,
-            invocation_message: StringOrMarkdown::Plain(format!(
-                "Running {} on {}",
-                call.tool_name, call.client_id
-            )),
-            tool_input: Some(ToolInput::Inline(call.input.clone())),
-            confirmation_title: None,
-            risk_assessment: None,
-            edits: None,
-            editable: None,
-            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
-            options: None,
-        });
-        self.apply_chat(chat, &ready, None);
-        let running = self
-            .chats
-            .get(chat)
-            .and_then(|c| tool_call_of(&c.state, &call.turn_id, &call.tool_call_id))
-            .and_then(|tc| match tc {
-                ToolCallState::Running(r) => Some(r.clone()),
-                _ => None,
-            });
-        let Some(running) = running else {
-            let _ = reply.send(failure("The host could not start the client tool call."));
-            return;
-        };
-        let entry = format!("client:{}", call.tool_call_id);
-        let action = StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction {
-            request: SessionInputRequest::ToolClientExecution(SessionToolClientExecutionRequest {
-                id: entry.clone(),
-                chat: chat.to_string(),
-                turn_id: call.turn_id.clone(),
-                client_id: call.client_id.clone(),
-                tool_call: running,
-            }),
-        }));
-        self.apply_session(&action, None);
-        let timeout = self.inner.options.client_tool_timeout;
-        let timer = (!timeout.is_zero()).then(|| {
-            let tx = self.self_tx.clone();
-            let entry = entry.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                if let Some(tx) = tx.upgrade() {
-                    let _ = tx.send(SessionMsg::ClientToolTimeout { entry }).await;
-                }
-            })
-        });
-        self.pending.insert(
-            entry,
-            Pending {
-                chat: chat.clone(),
-                turn_id: call.turn_id.clone(),
-                kind: PendingKind::ClientTool {
-                    reply,
-                    client_id: call.client_id,
-                    tool_call_id: call.tool_call_id,
-                    timer,
-                },
-            },
-        );
-    }
-
-    pub(crate) fn client_tool_timeout(&mut self, entry: &str) {
-        let Some(Pending {
-            kind: PendingKind::ClientTool { client_id, .. },
-            ..
-        }) = self.pending.get(entry)
-        else {
-            return;
-        };
-        let minutes = (self.inner.options.client_tool_timeout.as_secs() / 60).max(1);
-        let sentence = format!("The host got no answer from {client_id} within {minutes} minutes.");
-        self.settle(entry, &sentence);
     }
 }

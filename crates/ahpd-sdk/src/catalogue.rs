@@ -10,8 +10,8 @@ use base64::Engine as _;
 
 use crate::agent::PastSession;
 use crate::error::RpcError;
-use crate::host::HostInner;
-use crate::ports::SessionRecord;
+use crate::inner::HostInner;
+use crate::sessionstore::SessionRecord;
 
 fn encode_cursor(row: &SessionSummary) -> String {
     let raw = serde_json::json!([row.modified_at, row.resource]).to_string();

@@ -9,9 +9,10 @@ use ahp_types::commands::{ChatSource, CreateChatParams};
 use ahp_types::state::*;
 use tokio::sync::oneshot;
 
-use crate::actor::{Actor, Backend, Chat, chat_summary_of, empty_chat};
+use crate::actor::{Actor, Backend, Chat};
 use crate::agent::{ForkFrom, ForkPoint, TurnRequest};
 use crate::error::RpcError;
+use crate::reduce::{chat_summary_of, empty_chat};
 use crate::session::ConnRef;
 use crate::util;
 
@@ -55,6 +56,8 @@ impl Actor {
         }
     }
 
+    // Long: the checks of a new chat (capability, URI, fork source) come before anything changes,
+    // then the chat is made in one pass, so a refusal leaves nothing behind.
     fn create_chat_inner(
         &mut self,
         conn: ConnRef,
@@ -68,7 +71,7 @@ impl Actor {
             .ok_or_else(|| RpcError::invalid_params("this agent serves one chat per session"))?;
         if !params.chat.starts_with("ahp-chat:")
             || self.chats.contains_key(params.chat.as_str())
-            || crate::session::mailbox(&self.inner, &params.chat).is_some()
+            || crate::inner::mailbox(&self.inner, &params.chat).is_some()
         {
             return Err(RpcError::invalid_params(
                 "chat must be an unused ahp-chat: URI",

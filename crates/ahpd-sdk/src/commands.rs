@@ -9,8 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{Conn, decode, to_json};
 use crate::error::{RpcError, codes};
-use crate::ports::ConnInfo;
-use crate::session::{SessionMsg, mailbox};
+use crate::inner::ConnInfo;
+use crate::inner::mailbox;
+use crate::session::SessionMsg;
 
 impl Conn {
     pub(crate) async fn command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
@@ -30,6 +31,33 @@ impl Conn {
                     .await
                     .map(|()| Value::Null)
             }
+            "createChat" | "disposeChat" | "fetchTurns" | "completions" => {
+                self.chat_command(method, params).await
+            }
+            "resolveSessionConfig" | "sessionConfigCompletions" => {
+                self.config_command(method, params).await
+            }
+            "authenticate" => self.authenticate(decode(method, params)?),
+            "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
+            | "resourceDelete" => self.resource_command(method, params).await,
+            m if m.starts_with("x-") => match self.inner.extension_for_method(m) {
+                Some(ext) => {
+                    let info = ConnInfo {
+                        client_id: self.client_id.clone(),
+                        connection_id: self.id,
+                        protocol_version: self.version.clone(),
+                    };
+                    ext.call(m, params, &info).await
+                }
+                None => Err(RpcError::method_not_found(m)),
+            },
+            other => Err(RpcError::method_not_found(other)),
+        }
+    }
+
+    /// The commands a session's task answers about its chats.
+    async fn chat_command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match method {
             "createChat" => {
                 let p: CreateChatParams = decode(method, params)?;
                 let tx = self.live_session(&p.channel)?;
@@ -76,7 +104,7 @@ impl Conn {
                     .map_err(|_| RpcError::internal("the session stopped"))?
                     .map(|()| json!({}))
             }
-            "completions" => {
+            _ => {
                 let p: CompletionsParams = decode(method, params)?;
                 let tx = mailbox(&self.inner, &p.channel)
                     .ok_or_else(|| RpcError::session_not_found(&p.channel))?;
@@ -90,102 +118,88 @@ impl Conn {
                 let items = rx.await.unwrap_or_default();
                 Ok(json!({"items": items}))
             }
-            "resolveSessionConfig" => {
-                let p: ResolveSessionConfigParams = decode(method, params)?;
-                let agent = self.agent(p.provider.as_deref())?;
-                let dir = p
-                    .working_directory
-                    .as_deref()
-                    .and_then(crate::util::path_of);
-                let (schema, values) =
-                    crate::config::resolve(agent.as_ref(), dir.as_deref(), p.config.as_ref())?;
-                to_json(Ok(ResolveSessionConfigResult { schema, values }))
+        }
+    }
+
+    /// The configuration an agent offers a session about to be created.
+    async fn config_command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if method == "resolveSessionConfig" {
+            let p: ResolveSessionConfigParams = decode(method, params)?;
+            let agent = self.agent(p.provider.as_deref())?;
+            let dir = p
+                .working_directory
+                .as_deref()
+                .and_then(crate::util::path_of);
+            let (schema, values) =
+                crate::config::resolve(agent.as_ref(), dir.as_deref(), p.config.as_ref())?;
+            to_json(Ok(ResolveSessionConfigResult { schema, values }))
+        } else {
+            let p: SessionConfigCompletionsParams = decode(method, params)?;
+            let agent = self.agent(p.provider.as_deref())?;
+            let dir = p
+                .working_directory
+                .as_deref()
+                .and_then(crate::util::path_of);
+            let values = p.config.clone().unwrap_or_default();
+            let items = agent
+                .config_completions(&p.property, p.query.as_deref(), dir.as_deref(), &values)
+                .await;
+            Ok(json!({"items": items}))
+        }
+    }
+
+    /// A token a client pushes for a resource some agent asks one for.
+    fn authenticate(&self, p: AuthenticateParams) -> Result<Value, RpcError> {
+        let known = self.inner.agents().iter().any(|a| {
+            a.descriptor()
+                .protected_resources
+                .unwrap_or_default()
+                .iter()
+                .any(|r| r.resource == p.resource)
+        });
+        if !known {
+            return Err(RpcError::invalid_params(format!(
+                "no agent asks for a token for {}",
+                p.resource
+            )));
+        }
+        if let Ok(mut creds) = self.inner.credentials.lock() {
+            creds
+                .entry(self.client_id.clone())
+                .or_default()
+                .insert(p.resource, crate::agent::Secret::new(p.token));
+        }
+        Ok(json!({}))
+    }
+
+    /// Resource requests: a registered provider's scheme first, then `file:` when the host
+    /// serves resources; anything else is not served.
+    async fn resource_command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if crate::resource_routing::routed(&self.inner.providers, &params).is_some() {
+            return crate::resource_routing::provided(&self.inner.providers, method, params).await;
+        }
+        if let Some(scheme) = crate::resource_routing::unserved(&params, method) {
+            return Err(RpcError::new(
+                codes::METHOD_NOT_FOUND,
+                format!("nothing here serves {scheme}:"),
+            ));
+        }
+        let Some(res) = self.inner.resources.clone() else {
+            return Err(RpcError::method_not_found(method));
+        };
+        match method {
+            "resourceRead" => {
+                let p: ResourceReadParams = decode(method, params)?;
+                to_json(res.read(&p.uri, p.encoding).await)
             }
-            "sessionConfigCompletions" => {
-                let p: SessionConfigCompletionsParams = decode(method, params)?;
-                let agent = self.agent(p.provider.as_deref())?;
-                let dir = p
-                    .working_directory
-                    .as_deref()
-                    .and_then(crate::util::path_of);
-                let values = p.config.clone().unwrap_or_default();
-                let items = agent
-                    .config_completions(&p.property, p.query.as_deref(), dir.as_deref(), &values)
-                    .await;
-                Ok(json!({"items": items}))
+            "resourceList" => {
+                let p: ResourceListParams = decode(method, params)?;
+                to_json(res.list(&p.uri).await)
             }
-            "authenticate" => {
-                let p: AuthenticateParams = decode(method, params)?;
-                let known = self.inner.agents().iter().any(|a| {
-                    a.descriptor()
-                        .protected_resources
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|r| r.resource == p.resource)
-                });
-                if !known {
-                    return Err(RpcError::invalid_params(format!(
-                        "no agent asks for a token for {}",
-                        p.resource
-                    )));
-                }
-                if let Ok(mut creds) = self.inner.credentials.lock() {
-                    creds
-                        .entry(self.client_id.clone())
-                        .or_default()
-                        .insert(p.resource, crate::agent::Secret::new(p.token));
-                }
-                Ok(json!({}))
+            _ => {
+                let p: ResourceResolveParams = decode(method, params)?;
+                to_json(res.resolve(&p.uri, p.follow_symlinks.unwrap_or(true)).await)
             }
-            "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
-            | "resourceDelete"
-                if crate::resources::routed(&self.inner.providers, &params).is_some() =>
-            {
-                crate::resources::provided(&self.inner.providers, method, params).await
-            }
-            "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
-            | "resourceDelete"
-                if crate::resources::unserved(&params, method).is_some() =>
-            {
-                let scheme = crate::resources::unserved(&params, method).unwrap_or_default();
-                Err(RpcError::new(
-                    codes::METHOD_NOT_FOUND,
-                    format!("nothing here serves {scheme}:"),
-                ))
-            }
-            "resourceRead" | "resourceList" | "resourceResolve"
-                if self.inner.resources.is_some() =>
-            {
-                let Some(res) = self.inner.resources.clone() else {
-                    return Err(RpcError::method_not_found(method));
-                };
-                match method {
-                    "resourceRead" => {
-                        let p: ResourceReadParams = decode(method, params)?;
-                        to_json(res.read(&p.uri, p.encoding).await)
-                    }
-                    "resourceList" => {
-                        let p: ResourceListParams = decode(method, params)?;
-                        to_json(res.list(&p.uri).await)
-                    }
-                    _ => {
-                        let p: ResourceResolveParams = decode(method, params)?;
-                        to_json(res.resolve(&p.uri, p.follow_symlinks.unwrap_or(true)).await)
-                    }
-                }
-            }
-            m if m.starts_with("x-") => match self.inner.extension_for_method(m) {
-                Some(ext) => {
-                    let info = ConnInfo {
-                        client_id: self.client_id.clone(),
-                        connection_id: self.id,
-                        protocol_version: self.version.clone(),
-                    };
-                    ext.call(m, params, &info).await
-                }
-                None => Err(RpcError::method_not_found(m)),
-            },
-            other => Err(RpcError::method_not_found(other)),
         }
     }
 

@@ -56,6 +56,8 @@ fn enum_has(schema: &SessionConfigSchema, key: &str, value: &str) -> bool {
 
 impl Actor {
     /// A client's `session/configChanged`.
+    // Long: every key of one change is checked before any is applied, and the mapped
+    // `autoApprove` and the backend's share are worked out in the same pass.
     pub(crate) fn client_config(
         &mut self,
         a: &SessionConfigChangedAction,

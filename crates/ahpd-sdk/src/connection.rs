@@ -15,12 +15,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{RpcError, codes};
-use crate::host::HostInner;
 use crate::hub::{Frame, KillSwitch};
+use crate::inner::HostInner;
+use crate::inner::mailbox;
 use crate::lanes::Lanes;
 use crate::peer::{Inbound, Peer};
 use crate::root::ROOT;
-use crate::session::{ConnRef, SessionMsg, mailbox};
+use crate::session::{ConnRef, SessionMsg};
 
 /// Commands whose channel is the root literal (lenient when absent, strict when wrong).
 const ROOT_COMMANDS: &[&str] = &[
@@ -162,6 +163,8 @@ pub(crate) struct Conn {
     pub(crate) version: String,
 }
 
+// Long: the connection's one loop (frames in, queue out, shutdown, keep-alive) reads best as a
+// single `select!`.
 pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
     let id = inner.next_conn_id();
     let (tx, rx) = mpsc::channel(inner.options.outbound_queue.max(1));

@@ -7,11 +7,21 @@ use ahp_types::actions::*;
 use ahp_types::state::*;
 use serde_json::Value;
 
-use crate::actor::{Actor, Backend, PendingKind};
-use crate::agent::{ApprovalOutcome, InputOutcome, TurnRequest};
+use crate::actor::Actor;
+use crate::agent::TurnRequest;
 use crate::error::RpcError;
 use crate::session::ConnRef;
 use crate::util;
+
+/// A client's chat action as it arrived, for the handler of its kind.
+#[derive(Clone, Copy)]
+pub(crate) struct ChatDispatch<'a> {
+    pub conn: &'a ConnRef,
+    pub chat: &'a Arc<str>,
+    pub action: &'a StateAction,
+    pub origin: &'a ActionOrigin,
+    pub active: Option<&'a ActiveTurn>,
+}
 
 /// Fill in what clients in the wild leave out, before typed decoding.
 fn normalise(raw: &mut Value, active: Option<&ActiveTurn>) {
@@ -197,272 +207,29 @@ impl Actor {
         active: Option<&ActiveTurn>,
     ) -> Result<(), String> {
         use StateAction as A;
+        let d = ChatDispatch {
+            conn,
+            chat,
+            action,
+            origin,
+            active,
+        };
         match action {
-            A::ChatTurnStarted(a) => {
-                if a.turn_id.is_empty() {
-                    return Err("a turn needs a non-empty turnId".into());
-                }
-                // Older transcript pages count too: a reused id would appear twice once a
-                // client loads them.
-                let used = self.chats.get(chat).is_some_and(|c| {
-                    c.state.turns.iter().any(|t| t.id == a.turn_id)
-                        || c.older.iter().any(|t| t.id == a.turn_id)
-                        || active.is_some_and(|t| t.id == a.turn_id)
-                });
-                if used {
-                    return Err(format!(
-                        "the turn id {} is already used in this chat",
-                        a.turn_id
-                    ));
-                }
-                if let Some(old) = active
-                    && let Some(slot) = self.chats.get_mut(chat)
-                {
-                    slot.replaced.insert(old.id.clone());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                self.mirror_turn_settings(&a.message);
-                let req = TurnRequest {
-                    turn_id: a.turn_id.clone(),
-                    started_at: a.started_at.clone(),
-                    message: a.message.clone(),
-                    queued_message_id: a.queued_message_id.clone(),
-                    settings: self.settings(),
-                    client_id: Some(conn.client_id.clone()),
-                };
-                self.begin(chat, req);
-                Ok(())
-            }
-            A::ChatTurnCancelled(a) => {
-                if active.is_none_or(|t| t.id != a.turn_id) {
-                    return Err("there is no running turn with that id to cancel".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                let replaced: Vec<String> = self
-                    .chats
-                    .get(chat)
-                    .map(|c| c.replaced.iter().cloned().collect())
-                    .unwrap_or_default();
-                for turn in std::iter::once(a.turn_id.clone()).chain(replaced) {
-                    self.turn_ended(chat, &turn, false);
-                }
-                let steering = self
-                    .chats
-                    .get(chat)
-                    .and_then(|c| c.state.steering_message.as_ref().map(|m| m.id.clone()));
-                if let Some(id) = steering {
-                    let rm = A::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
-                        kind: PendingMessageKind::Steering,
-                        id,
-                    });
-                    self.apply_chat(chat, &rm, None);
-                }
-                let (turn, duration) = (a.turn_id.clone(), a.duration);
-                self.with_backend(chat, |s| s.stopped(&turn, duration));
-                Ok(())
-            }
-            A::ChatToolCallConfirmed(a) => {
-                let entry = format!("tool:{}", a.tool_call_id);
-                let open = matches!(self.pending.get(&entry), Some(p) if &p.chat == chat && p.turn_id == a.turn_id && matches!(p.kind, PendingKind::Approval { .. }));
-                if !open {
-                    return Err("that tool call is not waiting for a confirmation".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                if let Some(p) = self.pending.remove(&entry)
-                    && let PendingKind::Approval { reply, tool_name } = p.kind
-                {
-                    let outcome = if a.approved {
-                        if a.selected_option_id.as_deref() == Some("allow-session") {
-                            self.allow_session.insert(tool_name);
-                        }
-                        ApprovalOutcome::Approved {
-                            edited_input: a.edited_tool_input.clone(),
-                            option_id: a.selected_option_id.clone(),
-                            confirmed: a
-                                .confirmed
-                                .clone()
-                                .unwrap_or(ToolCallConfirmationReason::NotNeeded),
-                        }
-                    } else {
-                        ApprovalOutcome::Denied { reason: a.reason }
-                    };
-                    let _ = reply.send(outcome);
-                }
-                self.remove_input_needed(&entry);
-                Ok(())
-            }
-            A::ChatToolCallComplete(a) => {
-                let entry = format!("client:{}", a.tool_call_id);
-                let mine = matches!(self.pending.get(&entry), Some(p) if matches!(&p.kind, PendingKind::ClientTool { client_id, .. } if *client_id == conn.client_id));
-                if !mine {
-                    return Err("only the client running that tool call may complete it".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                if let Some(p) = self.pending.remove(&entry)
-                    && let PendingKind::ClientTool { reply, timer, .. } = p.kind
-                {
-                    if let Some(t) = timer {
-                        t.abort();
-                    }
-                    let _ = reply.send(a.result.clone());
-                }
-                self.remove_input_needed(&entry);
-                Ok(())
-            }
-            A::ChatToolCallContentChanged(a) => {
-                let entry = format!("client:{}", a.tool_call_id);
-                let mine = matches!(self.pending.get(&entry), Some(p) if matches!(&p.kind, PendingKind::ClientTool { client_id, .. } if *client_id == conn.client_id));
-                if !mine {
-                    return Err(
-                        "only the client running that tool call may change its content".into(),
-                    );
-                }
-                self.apply_chat(chat, action, Some(origin));
-                Ok(())
-            }
-            A::ChatInputAnswerChanged(a) => {
-                if !self
-                    .pending
-                    .contains_key(&format!("input:{}", a.request_id))
-                {
-                    return Err("that question is not open".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                Ok(())
-            }
-            A::ChatInputCompleted(a) => {
-                let entry = format!("input:{}", a.request_id);
-                let Some(PendingKind::Input { required, .. }) =
-                    self.pending.get(&entry).map(|p| &p.kind)
-                else {
-                    return Err("that question is not open".into());
-                };
-                if a.response == ChatInputResponseKind::Accept {
-                    let answers = a.answers.clone().unwrap_or_default();
-                    if let Some(missing) = required.iter().find(|q| !answers.contains_key(*q)) {
-                        return Err(format!("the required question {missing} has no answer"));
-                    }
-                }
-                self.apply_chat(chat, action, Some(origin));
-                if let Some(p) = self.pending.remove(&entry)
-                    && let PendingKind::Input { reply, .. } = p.kind
-                {
-                    let _ = reply.send(InputOutcome {
-                        response: a.response,
-                        answers: a.answers.clone(),
-                    });
-                }
-                self.remove_input_needed(&entry);
-                Ok(())
-            }
-            A::ChatPendingMessageSet(a) => {
-                if a.id.is_empty() {
-                    return Err("a pending message needs a non-empty id".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                match (a.kind, active) {
-                    (PendingMessageKind::Steering, Some(_)) => {
-                        let msg = PendingMessage {
-                            id: a.id.clone(),
-                            message: a.message.clone(),
-                        };
-                        self.with_backend(chat, |s| s.steer(msg));
-                    }
-                    (_, None) => self.start_next(chat),
-                    _ => {}
-                }
-                Ok(())
-            }
-            A::ChatPendingMessageRemoved(a) => {
-                let exists = self.chats.get(chat).is_some_and(|c| match a.kind {
-                    PendingMessageKind::Steering => c
-                        .state
-                        .steering_message
-                        .as_ref()
-                        .is_some_and(|m| m.id == a.id),
-                    PendingMessageKind::Queued => c
-                        .state
-                        .queued_messages
-                        .as_ref()
-                        .is_some_and(|q| q.iter().any(|m| m.id == a.id)),
-                });
-                if !exists {
-                    return Err("there is no pending message with that id".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                Ok(())
-            }
+            A::ChatTurnStarted(a) => self.client_turn_started(&d, a),
+            A::ChatTurnCancelled(a) => self.client_turn_cancelled(&d, a),
+            A::ChatToolCallConfirmed(a) => self.client_confirmed(&d, a),
+            A::ChatToolCallComplete(a) => self.client_tool_complete(&d, a),
+            A::ChatToolCallContentChanged(a) => self.client_tool_content(&d, a),
+            A::ChatInputAnswerChanged(a) => self.client_answer_changed(&d, a),
+            A::ChatInputCompleted(a) => self.client_input_completed(&d, a),
+            A::ChatPendingMessageSet(a) => self.client_pending_set(&d, a),
+            A::ChatPendingMessageRemoved(a) => self.client_pending_removed(&d, a),
+            A::ChatTurnResume(a) => self.client_turn_resume(&d, a),
+            A::ChatTruncated(a) => self.client_truncated(&d, a),
             A::ChatQueuedMessagesReordered(_)
             | A::ChatDraftChanged(_)
             | A::ChatIsReadChanged(_)
             | A::ChatIsArchivedChanged(_) => {
-                self.apply_chat(chat, action, Some(origin));
-                Ok(())
-            }
-            A::ChatTurnResume(a) => {
-                if active.is_some() {
-                    return Err("a turn is running; resume only an ended turn".into());
-                }
-                let resumable = self.chats.get(chat).and_then(|c| c.state.turns.last()).is_some_and(|t| {
-                    t.id == a.turn_id
-                        && t.state == TurnState::Error
-                        && matches!(t.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true))
-                });
-                if !resumable {
-                    return Err(
-                        "only the latest turn, ended by a resumable error, can be resumed".into(),
-                    );
-                }
-                if matches!(
-                    self.chats.get(chat).map(|c| &c.backend),
-                    Some(Backend::Ready(_))
-                ) {
-                    let turn = a.turn_id.clone();
-                    match self.with_backend(chat, |s| s.resume_turn(&turn)) {
-                        Some(Ok(())) => {}
-                        Some(Err(r)) => return Err(r.0),
-                        None => return Err("the agent is not available to resume this turn".into()),
-                    }
-                } else {
-                    return Err("the agent is not available to resume this turn".into());
-                }
-                self.apply_chat(chat, action, Some(origin));
-                Ok(())
-            }
-            A::ChatTruncated(a) => {
-                if active.is_some() {
-                    return Err("a turn is running; stop it before truncating".into());
-                }
-                let (in_window, stored) = match (&a.turn_id, self.chats.get(chat)) {
-                    (Some(t), Some(c)) => (
-                        c.state.turns.iter().any(|x| &x.id == t),
-                        c.older.iter().any(|x| &x.id == t),
-                    ),
-                    _ => (true, false),
-                };
-                if let Some(t) = &a.turn_id
-                    && !in_window
-                    && !stored
-                {
-                    return Err(format!("this chat has no turn {t}"));
-                }
-                let turn = a.turn_id.clone();
-                match self.with_backend(chat, |s| s.rewind(turn.as_deref())) {
-                    Some(Ok(())) => {}
-                    Some(Err(r)) => return Err(r.0),
-                    None => return Err("the agent is not available to rewind this chat".into()),
-                }
-                if turn.is_none()
-                    && let Some(slot) = self.chats.get_mut(chat)
-                {
-                    // Everything goes, the pages not loaded yet too.
-                    slot.older.clear();
-                } else if !in_window {
-                    // The turn is on an older page: load pages (every client sees them
-                    // arrive, as for fetchTurns) until it is in the window, so the reducer
-                    // can cut after it.
-                    self.load_through(chat, turn.as_deref().unwrap_or_default());
-                }
                 self.apply_chat(chat, action, Some(origin));
                 Ok(())
             }

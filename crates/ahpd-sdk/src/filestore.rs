@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ports::{SessionRecord, SessionStore, SessionStoreError};
+use crate::sessionstore::{SessionRecord, SessionStore, SessionStoreError};
 
 /// The file format version this host writes and reads.
 const VERSION: u64 = 1;

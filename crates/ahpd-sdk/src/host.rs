@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ahp_types::commands::Implementation;
 use ahp_types::common::JsonObject;
@@ -12,89 +12,18 @@ use ahp_types::state::{Snapshot, SnapshotState};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, Probe, Secret};
+use crate::agent::Agent;
 use crate::error::HostError;
 use crate::hub::Hub;
+use crate::inner::{Extension, HostInner};
 use crate::peer::Peer;
-use crate::ports::{Extension, ResourceProvider, Resources, SessionStore, SessionStoreError};
 use crate::remember::Remembered;
+use crate::resource_port::{ResourceProvider, Resources};
 use crate::session::Registry;
+use crate::sessionstore::{SessionStore, SessionStoreError};
 
-/// Every option of a host, with the defaults documented on each field.
-#[derive(Clone)]
-pub struct HostOptions {
-    /// Folders the host serves; the first is advertised as `defaultDirectory`. Default: none.
-    pub paths: Vec<PathBuf>,
-    /// `InitializeResult.serverInfo`. Default: `{name: "ahpd-sdk", version: <crate version>}`.
-    pub server_info: Implementation,
-    /// Delta coalescing window; zero disables. Default: 75 ms.
-    pub delta_window: Duration,
-    /// Envelopes kept for `reconnect` replay. Default: 10,000.
-    pub replay_capacity: usize,
-    /// Bytes the replay ring may hold (envelope texts plus 64 bytes each); the oldest go
-    /// first when either bound is passed. Default: 16 MiB.
-    pub replay_bytes: usize,
-    /// Frames queued per connection before it is closed as stalled. Default: 4,096.
-    pub outbound_queue: usize,
-    /// Largest inbound frame or line in bytes. Default: 16 MiB.
-    pub max_frame_bytes: usize,
-    /// How long one frame may take to reach the socket. Default: 10 s.
-    pub write_timeout: Duration,
-    /// Turns loaded per page for a chat read from a transcript. Default: 50.
-    pub turns_page: usize,
-    /// Most rows one `listSessions` reply carries. Default: 1,000.
-    pub list_cap: usize,
-    /// How long a dropped client stays in `activeClients`. Default: 30 s.
-    pub active_client_grace: Duration,
-    /// How long a disconnected client id is remembered for `reconnect`, with the tokens it
-    /// pushed; expired ones are dropped at the next handshake. Default: 10 min.
-    pub known_client_ttl: Duration,
-    /// How long a client-run tool call may take; zero waits forever. Default: 10 min.
-    pub client_tool_timeout: Duration,
-    /// How long a request that waits on an agent or a port (`createSession`, opening a stored
-    /// session, `listSessions`, `resourceRead`, ...) may take before it is answered with an
-    /// error; an agent's opening of a backend is given up after it too. Default: 60 s.
-    pub request_timeout: Duration,
-    /// Most unused sessions kept open (nobody subscribed, no active client, nothing running;
-    /// a session created in this run counts once the agent's store has it); past it the least
-    /// recently used are unloaded. Default: 64.
-    pub loaded_cap: usize,
-    /// How long such a session may stay unused before it is unloaded. Default: 10 min.
-    pub idle_unload: Duration,
-    /// `RootState._meta`. Default: none.
-    pub root_meta: Option<JsonObject>,
-    /// `InitializeResult._meta`. Default: none.
-    pub initialize_meta: Option<JsonObject>,
-}
-
-impl Default for HostOptions {
-    fn default() -> Self {
-        Self {
-            paths: Vec::new(),
-            server_info: Implementation {
-                name: "ahpd-sdk".into(),
-                version: Some(env!("CARGO_PKG_VERSION").into()),
-                title: None,
-            },
-            delta_window: Duration::from_millis(75),
-            replay_capacity: 10_000,
-            replay_bytes: 16 * 1024 * 1024,
-            outbound_queue: 4_096,
-            max_frame_bytes: 16 * 1024 * 1024,
-            write_timeout: Duration::from_secs(10),
-            turns_page: 50,
-            list_cap: 1_000,
-            active_client_grace: Duration::from_secs(30),
-            known_client_ttl: Duration::from_secs(600),
-            client_tool_timeout: Duration::from_secs(600),
-            request_timeout: Duration::from_secs(60),
-            loaded_cap: 64,
-            idle_unload: Duration::from_secs(600),
-            root_meta: None,
-            initialize_meta: None,
-        }
-    }
-}
+pub use crate::inner::HostHandle;
+pub use crate::options::HostOptions;
 
 /// Builds a [`Host`].
 #[derive(Default)]
@@ -326,11 +255,39 @@ impl HostBuilder {
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::root::probe_agents(&handle.inner);
             if handle.inner.store.is_some() {
-                tokio::spawn(crate::remember::prune(handle.inner.clone()));
+                tokio::spawn(prune(handle.inner.clone()));
             }
             tokio::spawn(crate::unload::run(Arc::downgrade(&handle.inner)));
         }
         Ok(Host { handle })
+    }
+}
+
+/// Drop records whose agent no longer knows the conversation (an agent that is not
+/// configured now keeps its records: it may come back).
+pub(crate) async fn prune(inner: Arc<HostInner>) {
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
+    for record in store.all() {
+        let live = inner
+            .registry
+            .lock()
+            .map(|r| r.sessions.contains_key(&record.uri))
+            .unwrap_or(true);
+        if live {
+            continue;
+        }
+        let Some(agent) = inner.agent(Some(&record.provider)) else {
+            continue;
+        };
+        if agent.find(&record.backend_id).await.is_none() {
+            tracing::info!(
+                session = %record.uri,
+                "forgetting a remembered session its agent no longer lists"
+            );
+            store.forget(&record.uri);
+        }
     }
 }
 
@@ -345,72 +302,6 @@ fn check_unique(agents: &[Arc<dyn Agent>]) -> Result<(), HostError> {
     Ok(())
 }
 
-/// A client id the host has seen, for `reconnect`.
-pub(crate) struct KnownClient {
-    pub version: String,
-    pub conns: HashMap<u64, Arc<crate::hub::KillSwitch>>,
-    pub gone_since: Option<Instant>,
-}
-
-pub(crate) struct HostInner {
-    pub options: HostOptions,
-    pub hub: Hub,
-    pub agents: RwLock<Vec<Arc<dyn Agent>>>,
-    pub probes: Mutex<HashMap<String, Probe>>,
-    pub root: Mutex<ahp_types::state::RootState>,
-    pub registry: Mutex<Registry>,
-    pub extensions: Vec<Arc<dyn Extension>>,
-    pub resources: Option<Arc<dyn Resources>>,
-    pub providers: Vec<(String, Arc<dyn ResourceProvider>)>,
-    pub known: Mutex<HashMap<String, KnownClient>>,
-    pub credentials: Arc<Mutex<HashMap<String, HashMap<String, Secret>>>>,
-    pub next_conn: AtomicU64,
-    pub shutdown: CancellationToken,
-    pub store: Option<Arc<Remembered>>,
-}
-
-impl Drop for HostInner {
-    fn drop(&mut self) {
-        // The store's writer saves what is pending and ends.
-        if let Some(store) = &self.store {
-            store.stop();
-        }
-    }
-}
-
-impl HostInner {
-    pub(crate) fn agents(&self) -> Vec<Arc<dyn Agent>> {
-        self.agents.read().map(|a| a.clone()).unwrap_or_default()
-    }
-
-    pub(crate) fn agent(&self, provider: Option<&str>) -> Option<Arc<dyn Agent>> {
-        let agents = self.agents();
-        match provider {
-            None => agents.first().cloned(),
-            Some(p) => agents.into_iter().find(|a| a.descriptor().provider == p),
-        }
-    }
-
-    pub(crate) fn extension_for_scheme(&self, channel: &str) -> Option<Arc<dyn Extension>> {
-        let scheme = channel.split(':').next()?;
-        self.extensions
-            .iter()
-            .find(|e| e.schemes().iter().any(|s| s == scheme))
-            .cloned()
-    }
-
-    pub(crate) fn extension_for_method(&self, method: &str) -> Option<Arc<dyn Extension>> {
-        self.extensions
-            .iter()
-            .find(|e| e.methods().iter().any(|m| m == method))
-            .cloned()
-    }
-
-    pub(crate) fn next_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
 /// Outbound queue figures of a host (see [`HostHandle::outbound_queue_stats`]), for operators
 /// and benchmarks that need to know whether clients kept up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,18 +312,6 @@ pub struct QueueStats {
     pub high_water: usize,
     /// Connections closed (code 1013) because their queue was full.
     pub closed_full: u64,
-}
-
-/// A cheap, cloneable handle to a host, for extensions and embedders.
-#[derive(Clone)]
-pub struct HostHandle {
-    pub(crate) inner: Arc<HostInner>,
-}
-
-impl std::fmt::Debug for HostHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostHandle").finish_non_exhaustive()
-    }
 }
 
 impl HostHandle {
@@ -517,7 +396,7 @@ impl HostHandle {
                 from_seq: self.inner.hub.current_seq() as i64,
             });
         }
-        crate::session::snapshot_of(&self.inner, uri).await
+        crate::inner::snapshot_of(&self.inner, uri).await
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use tokio::sync::watch;
 
-use crate::host::HostInner;
+use crate::inner::HostInner;
 
 /// A place in a lane: what to wait for before starting, and (for tail work) the signal the
 /// next one waits for, given when this value is dropped.

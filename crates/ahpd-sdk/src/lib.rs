@@ -63,26 +63,38 @@ pub mod transport;
 pub mod util;
 
 mod actor;
+mod asks;
 mod backend;
 mod catalogue;
 mod chats;
+mod client_answers;
+mod client_calls;
+mod client_turns;
 mod coalesce;
 mod commands;
 mod config;
 mod connection;
+mod context;
 mod dispatch;
+mod exchange;
 mod filestore;
 mod handshake;
 mod hub;
+mod inner;
 mod lanes;
 mod lifecycle;
 mod mcp;
 mod open;
+mod options;
 mod parked;
+mod reduce;
 mod remember;
+mod resource_port;
+mod resource_routing;
 mod root;
 mod rootdispatch;
 mod session;
+mod sessionstore;
 mod subscribe;
 mod summary;
 mod unload;
@@ -90,6 +102,8 @@ mod writer;
 
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "testing")]
+mod testing_script;
 
 pub use agent::{
     Agent, AgentDescriptor, AgentError, ApprovalOutcome, ApprovalRequest, ClientToolCall, ForkFrom,

@@ -246,8 +246,7 @@ impl Actor {
 
     pub(crate) async fn dispose(&mut self) {
         self.closed = true;
-        let keys: Vec<String> = self.pending.keys().cloned().collect();
-        for k in keys {
+        for k in self.asks.all() {
             self.settle(&k, "The session was closed before anyone answered.");
         }
         let chats: Vec<Arc<str>> = self.chats.keys().cloned().collect();
@@ -272,13 +271,7 @@ impl Actor {
         let Some(mut slot) = self.chats.remove(channel) else {
             return Err(RpcError::session_not_found(channel));
         };
-        let keys: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| &*p.chat == channel)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
+        for k in self.asks.of_chat(channel) {
             self.settle(&k, "The chat was closed before anyone answered.");
         }
         slot.ctx.mark_closed();

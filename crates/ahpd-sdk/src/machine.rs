@@ -125,26 +125,21 @@ impl MachineNeed {
 
     /// Reads the JSON form: the one key among `directory`, `file`, `env`, `state`, `part`
     /// present gives the kind; two or none is refused.
-    pub fn from_json(value: &Value) -> Result<Self, String> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| "a machine need is an object".to_owned())?;
+    pub fn from_json(value: &Value) -> Result<Self, NeedError> {
+        let obj = value.as_object().ok_or(NeedError::NotObject)?;
         let kinds: Vec<&str> = ["directory", "file", "env", "state", "part"]
             .into_iter()
             .filter(|k| obj.contains_key(*k))
             .collect();
         let [kind] = kinds.as_slice() else {
-            return Err(format!(
-                "a machine need has exactly one of directory, file, env, state, part; this one has {}",
-                if kinds.is_empty() {
-                    "none".to_owned()
-                } else {
-                    kinds.join(", ")
-                }
-            ));
+            return Err(NeedError::Kinds(if kinds.is_empty() {
+                "none".to_owned()
+            } else {
+                kinds.join(", ")
+            }));
         };
         let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
-        let need_text = |k: &str| text(k).ok_or_else(|| format!("the need's {k} is a string"));
+        let need_text = |k: &str| text(k).ok_or_else(|| NeedError::NotText(k.to_owned()));
         let read_only = obj
             .get("readOnly")
             .and_then(Value::as_bool)
@@ -167,7 +162,8 @@ impl MachineNeed {
             "state" => NeedKind::State {
                 target: need_text("state")?,
                 seed: match obj.get("seed") {
-                    Some(s) => serde_json::from_value(s.clone()).map_err(|e| e.to_string())?,
+                    Some(s) => serde_json::from_value(s.clone())
+                        .map_err(|e| NeedError::Seed(e.to_string()))?,
                     None => Vec::new(),
                 },
             },
@@ -176,10 +172,7 @@ impl MachineNeed {
             },
         };
         let when = match obj.get("when") {
-            Some(w) => Some(
-                serde_json::from_value(w.clone())
-                    .map_err(|_| "the need's when is host or volume".to_owned())?,
-            ),
+            Some(w) => Some(serde_json::from_value(w.clone()).map_err(|_| NeedError::When)?),
             None => None,
         };
         Ok(MachineNeed {
@@ -192,6 +185,28 @@ impl MachineNeed {
             when,
         })
     }
+}
+
+/// Why the JSON form of a machine need was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NeedError {
+    /// The need is not a JSON object.
+    #[error("a machine need is an object")]
+    NotObject,
+    /// Not exactly one kind key; holds the ones present, or `none`.
+    #[error(
+        "a machine need has exactly one of directory, file, env, state, part; this one has {0}"
+    )]
+    Kinds(String),
+    /// A key that holds text holds something else.
+    #[error("the need's {0} is a string")]
+    NotText(String),
+    /// The state seed is not a list of seed entries.
+    #[error("{0}")]
+    Seed(String),
+    /// `when` is neither `host` nor `volume`.
+    #[error("the need's when is host or volume")]
+    When,
 }
 
 /// A session asking for a machine.
@@ -333,7 +348,7 @@ pub trait ComputerPort: Send + Sync + 'static {
     async fn leave(&self, id: &str, session: &str);
 
     /// Starts an inner host in the machine.
-    async fn start_inner(&self, id: &str, start: InnerStart) -> Result<InnerProcess, String>;
+    async fn start_inner(&self, id: &str, start: InnerStart) -> Result<InnerProcess, MachineError>;
 
     /// After a restart: the kept sessions that name machines.
     async fn adopt(&self, kept: Vec<KeptSession>);

@@ -1,7 +1,7 @@
 //! Starting session tasks: for `createSession`, and for a past conversation opened from the
 //! catalogue by subscribing to it. Also disposal, which removes a session everywhere.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use ahp_types::commands::CreateSessionParams;
@@ -9,10 +9,12 @@ use ahp_types::notifications::SessionRemovedParams;
 use ahp_types::state::*;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::actor::{Actor, chat_summary_of, empty_chat};
-use crate::agent::{Agent, SharedSessionView};
+use crate::actor::Actor;
+use crate::agent::Agent;
+use crate::context::SharedSessionView;
 use crate::error::{RpcError, codes};
-use crate::host::HostInner;
+use crate::inner::HostInner;
+use crate::reduce::{chat_summary_of, empty_chat};
 use crate::root;
 use crate::session::{ConnRef, MAILBOX, SessionEntry, SessionMsg, backend_id_of};
 use crate::util;
@@ -35,8 +37,36 @@ struct Init {
     title_locked: bool,
 }
 
+/// The session's state as its task starts: the chat's summary, the configuration and the
+/// lifecycle it opens with, nothing else yet.
+fn first_state(init: &Init, provider: &str, chat: &ChatState, default_chat: &str) -> SessionState {
+    SessionState {
+        provider: provider.to_owned(),
+        title: init.title.clone(),
+        status: init.status,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: init.working_directories.clone(),
+        annotations: None,
+        lifecycle: init.lifecycle.clone(),
+        creation_error: None,
+        server_tools: None,
+        active_clients: Vec::new(),
+        chats: vec![chat_summary_of(chat)],
+        default_chat: Some(default_chat.to_owned()),
+        config: Some(init.config.clone()),
+        customizations: None,
+        changesets: None,
+        input_needed: None,
+        meta: None,
+    }
+}
+
 /// Build the actor, register it, and start its task. Fails when the URI is taken.
-fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
+// Long: the actor and its default chat are built and registered under one registry lock, so no
+// one sees the session half made.
+fn spawn(inner: &Arc<HostInner>, mut init: Init) -> Result<mpsc::Sender<SessionMsg>, RpcError> {
     let mut reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
     if reg.sessions.contains_key(&init.uri) {
         return Err(RpcError::new(
@@ -60,30 +90,10 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
             .unwrap_or_else(|| init.created_at.clone());
     }
     let page = inner.options.turns_page.max(1);
-    let mut turns = init.turns;
+    let mut turns = std::mem::take(&mut init.turns);
     let loaded = turns.split_off(turns.len().saturating_sub(page));
     chat_state.turns = loaded;
-    let state = SessionState {
-        provider: descriptor.provider.clone(),
-        title: init.title.clone(),
-        status: init.status,
-        activity: None,
-        origin: None,
-        project: None,
-        working_directories: init.working_directories.clone(),
-        annotations: None,
-        lifecycle: init.lifecycle,
-        creation_error: None,
-        server_tools: None,
-        active_clients: Vec::new(),
-        chats: vec![chat_summary_of(&chat_state)],
-        default_chat: Some(default_chat.clone()),
-        config: Some(init.config.clone()),
-        customizations: None,
-        changesets: None,
-        input_needed: None,
-        meta: None,
-    };
+    let state = first_state(&init, &descriptor.provider, &chat_state, &default_chat);
     if let Ok(mut s) = view.settings.lock() {
         *s = init.config.values.clone();
     }
@@ -97,8 +107,7 @@ fn spawn(inner: &Arc<HostInner>, init: Init) -> Result<mpsc::Sender<SessionMsg>,
         view,
         backend_tx: btx,
         self_tx: tx.downgrade(),
-        pending: HashMap::new(),
-        allow_session: HashSet::new(),
+        asks: crate::asks::Asks::default(),
         title_locked: init.title_locked,
         created_at: init.created_at,
         working_directory: init.working_directory,
@@ -221,8 +230,54 @@ pub(crate) async fn create(
     result
 }
 
+/// The answer when the session is already live: its URI when spelled the same, a refusal
+/// naming the live URI when spelled another way.
+fn live_spelling(
+    inner: &HostInner,
+    channel: &str,
+    session_uri: &str,
+    scheme: &str,
+    id: &str,
+) -> Option<Result<String, RpcError>> {
+    let reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
+    if reg.sessions.contains_key(session_uri) {
+        return Some(Ok(session_uri.to_owned()));
+    }
+    if let Some((live, _)) = reg
+        .sessions
+        .iter()
+        .find(|(_, e)| e.backend_id == id && (scheme == "ahp-session" || e.provider == scheme))
+    {
+        return Some(
+            Err(RpcError::session_not_found(channel)
+                .with_data(serde_json::json!({"liveUri": live})))
+            .map_err(|e| RpcError {
+                message: format!("{channel} is open as {live}; use that URI"),
+                ..e
+            }),
+        );
+    }
+    None
+}
+
+/// A remembered session's status flags; idle with none when nothing is remembered.
+fn status_of(record: Option<&crate::sessionstore::SessionRecord>) -> u32 {
+    let mut status = SessionStatus::Idle.bits();
+    if let Some(r) = record {
+        if r.is_read {
+            status |= SessionStatus::IsRead.bits();
+        }
+        if r.is_archived {
+            status |= SessionStatus::IsArchived.bits();
+        }
+    }
+    status
+}
+
 /// Open a past conversation named by a session URI (or a default chat URI of one). Returns
 /// the live channel URI it opened under; `-32001` when nothing answers to it.
+// Long: the store's record, the agent's row and its transcript meet here to make one session;
+// each piece is read once.
 pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<String, RpcError> {
     let session_uri =
         crate::session::default_chat_owner(channel).unwrap_or_else(|| channel.to_owned());
@@ -242,24 +297,8 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
     if id.is_empty() {
         return Err(RpcError::session_not_found(channel));
     }
-    // Another spelling of a live session is refused with the live URI.
-    {
-        let reg = inner.registry.lock().unwrap_or_else(|p| p.into_inner());
-        if reg.sessions.contains_key(&session_uri) {
-            return Ok(session_uri);
-        }
-        if let Some((live, _)) = reg
-            .sessions
-            .iter()
-            .find(|(_, e)| e.backend_id == id && (scheme == "ahp-session" || e.provider == scheme))
-        {
-            return Err(RpcError::session_not_found(channel)
-                .with_data(serde_json::json!({"liveUri": live})))
-            .map_err(|e| RpcError {
-                message: format!("{channel} is open as {live}; use that URI"),
-                ..e
-            });
-        }
+    if let Some(live) = live_spelling(inner, channel, &session_uri, scheme, &id) {
+        return live;
     }
     let agents = inner.agents();
     let candidates: Vec<_> = if scheme == "ahp-session" {
@@ -299,15 +338,7 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             None => crate::config::resolve(agent.as_ref(), dir.as_deref(), None)?,
         };
         let (schema, values) = config;
-        let mut status = SessionStatus::Idle.bits();
-        if let Some(r) = &record {
-            if r.is_read {
-                status |= SessionStatus::IsRead.bits();
-            }
-            if r.is_archived {
-                status |= SessionStatus::IsArchived.bits();
-            }
-        }
+        let status = status_of(record.as_ref());
         let chosen = record.as_ref().and_then(|r| r.title.clone());
         let looker = agent.clone();
         let init = Init {
@@ -353,32 +384,6 @@ fn open_if_unfinished(agent: Arc<dyn Agent>, id: String, tx: mpsc::Sender<Sessio
             let _ = tx.send(SessionMsg::OpenBackend).await;
         }
     });
-}
-
-/// Whether [`open_past`] would find the conversation a session URI names in an agent's store,
-/// so a session unloaded now can be opened again.
-pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
-    let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
-    let (scheme, id) = match remembered {
-        Some(r) => (r.provider, r.backend_id),
-        None => (
-            uri.split_once(':')
-                .map(|(s, _)| s.to_owned())
-                .unwrap_or_default(),
-            backend_id_of(uri).unwrap_or_default(),
-        ),
-    };
-    if id.is_empty() {
-        return false;
-    }
-    for agent in inner.agents() {
-        if (scheme == "ahp-session" || agent.descriptor().provider == scheme)
-            && agent.find(&id).await.is_some()
-        {
-            return true;
-        }
-    }
-    false
 }
 
 /// `disposeSession`.

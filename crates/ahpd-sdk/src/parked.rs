@@ -8,18 +8,8 @@ use std::sync::Arc;
 use ahp_types::actions::ActionOrigin;
 use serde_json::Value;
 
-use crate::actor::{Actor, Backend};
+use crate::actor::{Actor, Backend, Parked};
 use crate::session::ConnRef;
-
-/// A dispatch waiting for backends to open.
-pub(crate) struct Parked {
-    pub conn: ConnRef,
-    pub channel: String,
-    pub client_seq: i64,
-    pub raw: Value,
-    /// The chats whose backends it needs: one chat, or every chat for a session action.
-    pub targets: Vec<Arc<str>>,
-}
 
 /// The action types whose handling calls into a backend before the state changes.
 pub(crate) fn needs_backend(raw: &Value) -> bool {

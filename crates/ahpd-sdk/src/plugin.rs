@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use crate::agent::{Agent, Secret};
 use crate::machine::ComputerPort;
-use crate::ports::ResourceProvider;
+use crate::resource_port::ResourceProvider;
 
 /// Whether a plugin's options are enough to run it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::HostInner;
-use crate::ports::{SessionRecord, SessionStore, SessionStoreError};
+use crate::sessionstore::{SessionRecord, SessionStore, SessionStoreError};
 
 /// Shortest time between two saves the host starts on its own.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -205,84 +204,6 @@ async fn writer(me: Arc<Remembered>) {
         last_save = Some(tokio::time::Instant::now());
     }
     let _ = me.flush().await;
-}
-
-/// Drop records whose agent no longer knows the conversation (an agent that is not
-/// configured now keeps its records: it may come back).
-pub(crate) async fn prune(inner: Arc<HostInner>) {
-    let Some(store) = inner.store.clone() else {
-        return;
-    };
-    for record in store.all() {
-        let live = inner
-            .registry
-            .lock()
-            .map(|r| r.sessions.contains_key(&record.uri))
-            .unwrap_or(true);
-        if live {
-            continue;
-        }
-        let Some(agent) = inner.agent(Some(&record.provider)) else {
-            continue;
-        };
-        if agent.find(&record.backend_id).await.is_none() {
-            tracing::info!(
-                session = %record.uri,
-                "forgetting a remembered session its agent no longer lists"
-            );
-            store.forget(&record.uri);
-        }
-    }
-}
-
-impl crate::actor::Actor {
-    /// Whether this session action changes something the store keeps.
-    pub(crate) fn remembers(action: &ahp_types::actions::StateAction) -> bool {
-        use ahp_types::actions::StateAction as A;
-        matches!(
-            action,
-            A::SessionReady(_)
-                | A::SessionTitleChanged(_)
-                | A::SessionIsReadChanged(_)
-                | A::SessionIsArchivedChanged(_)
-                | A::SessionConfigChanged(_)
-        )
-    }
-
-    /// Hand this ready session's current facts to the store, if the host has one.
-    pub(crate) fn remember(&self) {
-        use ahp_types::state::{SessionLifecycle, SessionStatus};
-        let Some(store) = &self.inner.store else {
-            return;
-        };
-        if self.closed || self.state.lifecycle != SessionLifecycle::Ready {
-            return;
-        }
-        let Some(backend_id) = self
-            .chats
-            .get(&self.default_chat)
-            .map(|c| c.backend_id.clone())
-        else {
-            return;
-        };
-        let flag = |bit: SessionStatus| self.state.status & bit.bits() == bit.bits();
-        store.put(SessionRecord {
-            uri: self.uri.to_string(),
-            provider: self.state.provider.clone(),
-            backend_id,
-            created_at: self.created_at.clone(),
-            title: self.title_locked.then(|| self.state.title.clone()),
-            is_read: flag(SessionStatus::IsRead),
-            is_archived: flag(SessionStatus::IsArchived),
-            config: self
-                .state
-                .config
-                .as_ref()
-                .map(|c| c.values.clone())
-                .unwrap_or_default(),
-            working_directories: self.state.working_directories.clone().unwrap_or_default(),
-        });
-    }
 }
 
 #[cfg(test)]

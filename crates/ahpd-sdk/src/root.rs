@@ -15,7 +15,7 @@ use ahp_types::state::{
 };
 
 use crate::agent::{Agent, Probe};
-use crate::host::HostInner;
+use crate::inner::HostInner;
 
 pub(crate) const ROOT: &str = ahp_types::ROOT_RESOURCE_URI;
 

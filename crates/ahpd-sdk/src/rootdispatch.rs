@@ -3,7 +3,7 @@
 use ahp_types::actions::{ActionOrigin, StateAction};
 use serde_json::Value;
 
-use crate::host::HostInner;
+use crate::inner::HostInner;
 use crate::root::{self, ROOT};
 
 pub(crate) fn dispatch(inner: &HostInner, conn: u64, client_id: &str, client_seq: i64, raw: Value) {

@@ -12,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::{AgentError, Session};
 use crate::error::RpcError;
-use crate::host::HostInner;
 use crate::util;
 
 /// Mailbox size of a session task; a full mailbox slows only the client that fills it.
@@ -111,7 +110,7 @@ impl SessionEntry {
         *self.used.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         *self.used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
     }
 }
@@ -142,15 +141,6 @@ impl Registry {
     }
 }
 
-/// The mailbox of the session serving `channel` (a session or chat URI), if it is open.
-pub(crate) fn mailbox(inner: &HostInner, channel: &str) -> Option<mpsc::Sender<SessionMsg>> {
-    let reg = inner.registry.lock().ok()?;
-    reg.session_for(channel).map(|(_, e)| {
-        e.touch();
-        e.tx.clone()
-    })
-}
-
 /// The backend id a session URI names: the part after `<scheme>:` without leading slashes.
 pub(crate) fn backend_id_of(uri: &str) -> Option<String> {
     let (scheme, rest) = uri.split_once(':')?;
@@ -158,19 +148,6 @@ pub(crate) fn backend_id_of(uri: &str) -> Option<String> {
         return None;
     }
     Some(rest.trim_start_matches('/').to_owned())
-}
-
-/// A snapshot of a session or chat channel, opening nothing.
-pub(crate) async fn snapshot_of(inner: &Arc<HostInner>, uri: &str) -> Option<Snapshot> {
-    let tx = mailbox(inner, uri)?;
-    let (reply, rx) = oneshot::channel();
-    tx.send(SessionMsg::Snapshot {
-        channel: uri.to_owned(),
-        reply,
-    })
-    .await
-    .ok()?;
-    rx.await.ok().flatten()
 }
 
 /// The session URI a chat URI belongs to when the chat is a default chat.

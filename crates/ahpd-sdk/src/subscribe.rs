@@ -8,8 +8,9 @@ use ahp_types::commands::SubscribeParams;
 
 use crate::connection::{Conn, decode, reply_frame};
 use crate::error::RpcError;
+use crate::inner::mailbox;
 use crate::root::ROOT;
-use crate::session::{SessionMsg, mailbox};
+use crate::session::SessionMsg;
 
 impl Conn {
     /// Open the stored session a channel names unless it is open already, within the request

@@ -7,8 +7,10 @@ use ahp_types::actions::*;
 use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
 use ahp_types::state::*;
 
-use crate::actor::{Actor, chat_summary_of};
+use crate::actor::Actor;
+use crate::reduce::chat_summary_of;
 use crate::root;
+use crate::sessionstore::SessionRecord;
 
 impl Actor {
     /// Keep `session.chats[]` and the session activity line in step with a chat's state.
@@ -171,5 +173,55 @@ impl Actor {
                 .hub
                 .notify(root::ROOT, "root/sessionSummaryChanged", &v);
         }
+    }
+}
+
+impl Actor {
+    /// Whether this session action changes something the store keeps.
+    pub(crate) fn remembers(action: &ahp_types::actions::StateAction) -> bool {
+        use ahp_types::actions::StateAction as A;
+        matches!(
+            action,
+            A::SessionReady(_)
+                | A::SessionTitleChanged(_)
+                | A::SessionIsReadChanged(_)
+                | A::SessionIsArchivedChanged(_)
+                | A::SessionConfigChanged(_)
+        )
+    }
+
+    /// Hand this ready session's current facts to the store, if the host has one.
+    pub(crate) fn remember(&self) {
+        use ahp_types::state::{SessionLifecycle, SessionStatus};
+        let Some(store) = &self.inner.store else {
+            return;
+        };
+        if self.closed || self.state.lifecycle != SessionLifecycle::Ready {
+            return;
+        }
+        let Some(backend_id) = self
+            .chats
+            .get(&self.default_chat)
+            .map(|c| c.backend_id.clone())
+        else {
+            return;
+        };
+        let flag = |bit: SessionStatus| self.state.status & bit.bits() == bit.bits();
+        store.put(SessionRecord {
+            uri: self.uri.to_string(),
+            provider: self.state.provider.clone(),
+            backend_id,
+            created_at: self.created_at.clone(),
+            title: self.title_locked.then(|| self.state.title.clone()),
+            is_read: flag(SessionStatus::IsRead),
+            is_archived: flag(SessionStatus::IsArchived),
+            config: self
+                .state
+                .config
+                .as_ref()
+                .map(|c| c.values.clone())
+                .unwrap_or_default(),
+            working_directories: self.state.working_directories.clone().unwrap_or_default(),
+        });
     }
 }

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::actor::{Actor, Backend};
-use crate::host::HostInner;
-use crate::session::SessionMsg;
+use crate::inner::HostInner;
+use crate::session::{SessionMsg, backend_id_of};
 
 impl Actor {
     /// Whether the session can go: nobody subscribed, no turn, question, held dispatch or
     /// backend opening.
     pub(crate) fn unloadable(&self) -> bool {
         let busy = self.start_reply.is_some()
-            || !self.pending.is_empty()
+            || !self.asks.is_empty()
             || !self.parked.is_empty()
             || !self.state.active_clients.is_empty()
             || self.chats.values().any(|c| {
@@ -106,7 +106,7 @@ pub(crate) async fn sweep(inner: &Arc<HostInner>) {
             continue;
         }
         if !stored {
-            if !crate::open::reopenable(inner, &uri).await {
+            if !reopenable(inner, &uri).await {
                 continue;
             }
             // Asked once: the store keeps the conversation from now on, so the session
@@ -144,4 +144,30 @@ pub(crate) async fn run(inner: std::sync::Weak<HostInner>) {
 pub(crate) fn soon(inner: &Arc<HostInner>) {
     let inner = inner.clone();
     tokio::spawn(async move { sweep(&inner).await });
+}
+
+/// Whether `open::open_past` would find the conversation a session URI names in an agent's store,
+/// so a session unloaded now can be opened again.
+pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
+    let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+    let (scheme, id) = match remembered {
+        Some(r) => (r.provider, r.backend_id),
+        None => (
+            uri.split_once(':')
+                .map(|(s, _)| s.to_owned())
+                .unwrap_or_default(),
+            backend_id_of(uri).unwrap_or_default(),
+        ),
+    };
+    if id.is_empty() {
+        return false;
+    }
+    for agent in inner.agents() {
+        if (scheme == "ahp-session" || agent.descriptor().provider == scheme)
+            && agent.find(&id).await.is_some()
+        {
+            return true;
+        }
+    }
+    false
 }

@@ -1,9 +1,9 @@
 //! Test support shared by the workspace's crates.
 //!
 //! A scripted OpenAI-compatible endpoint that listens on `127.0.0.1:0`, streams real SSE from a
-//! script and records every request it received, and helpers around the official `ahp` client.
-//! [`FakeEngine`] serves the part of the Docker Engine API that `@ahpd/computer` uses, in
-//! process on a unix socket, so machines can be tested where no container engine runs.
+//! script and records every request it received. [`FakeEngine`] serves the part of the Docker
+//! Engine API that `@ahpd/computer` uses, in process on a unix socket, so machines can be tested
+//! where no container engine runs.
 //! It depends on no project crate, so any crate can use it as a dev-dependency.
 //!
 //! ```no_run
@@ -22,7 +22,6 @@
 //! # Ok(()) }
 //! ```
 
-mod ahp_client;
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
@@ -33,7 +32,6 @@ mod pairing;
 mod recorder;
 mod reply;
 
-pub use ahp_client::{ConnectError, connect_ahp, connect_ahp_initialized, connect_ahp_with};
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
 pub use fake_engine::{
     EngineRequest, FailOn, FakeContainer, FakeEngine, FakeExec, FakeImage, FakeMount, NO_LOADER,

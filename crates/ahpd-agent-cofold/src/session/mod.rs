@@ -6,22 +6,22 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ahp_types::state::PendingMessage;
-use ahpd_sdk::{Session, SessionContext, TurnRequest};
-use cofold_agents::event::Command;
-use cofold_agents::run::{RunHandle, RunOptions, run};
+use ahpd_sdk::{SessionContext, TurnRequest};
+use cofold_agents::run::{RunHandle, run};
 use serde_json::Value;
 
 use crate::actions as act;
-use crate::build::{AgentCore, TurnExtras, TurnSettings};
-use crate::client_tools;
-use crate::edits::{EditHooks, OpenEdits};
+use crate::build::AgentCore;
+use crate::edits::OpenEdits;
 use crate::models::Copapo;
 use crate::turns::{Carry, TurnMapper};
 
+mod backend;
 mod follow;
 mod mcp_gate;
+mod prepare;
 mod reopen;
+pub use crate::asks::{DECLINED, NOT_JSON, UNANSWERED};
 pub use reopen::REPLACED;
 pub(crate) use reopen::{Paused, read_paused};
 
@@ -29,13 +29,6 @@ pub(crate) use reopen::{Paused, read_paused};
 pub const STOP_REASON: &str = "the client stopped the turn";
 /// Reason a closed session's run is cancelled with.
 pub const CLOSE_REASON: &str = "the session closed";
-/// What the model reads when a person declines a call.
-pub const DECLINED: &str = "The person declined this action";
-/// What the model reads when an approval or question could not be put to anyone.
-pub const UNANSWERED: &str = "No one could answer this request; it was not carried out";
-/// How an approved call whose edited input does not parse is refused (the parser's sentence
-/// follows).
-pub const NOT_JSON: &str = "The edited input is not JSON, so nothing ran";
 
 struct Running {
     handle: Option<RunHandle>,
@@ -53,14 +46,6 @@ struct Finished {
     last_message: Option<String>,
     resumable: bool,
     carry: Carry,
-}
-
-/// A turn's agent, built and ready to run.
-struct Prepared {
-    built: crate::build::TurnAgent,
-    options: RunOptions,
-    mapper: TurnMapper,
-    edits: Option<OpenEdits>,
 }
 
 /// What the task following one run holds.
@@ -322,124 +307,6 @@ impl Core {
         });
     }
 
-    /// Where pasted attachments of this session's chats are written.
-    fn attachments_dir(&self) -> PathBuf {
-        self.agent
-            .env
-            .home
-            .join(".copilot")
-            .join("chats")
-            .join(crate::agent::encode_scratch_segment(&self.session_id))
-            .join("attachments")
-    }
-
-    /// Builds the turn's agent, its run's options and the mapping of its events.
-    fn prepare(self: &Arc<Self>, turn: &TurnRequest) -> Result<Prepared, String> {
-        let mut settings = lock(&self.settings).clone();
-        for (k, v) in &turn.settings {
-            settings.insert(k.clone(), v.clone());
-        }
-        let values = TurnSettings::read(
-            &settings,
-            turn.message.model.as_ref(),
-            &self.agent,
-            &self.copapo,
-        );
-        let agent_endpoint = self.agent.agent_endpoint(&self.copapo);
-        let resource = self
-            .agent
-            .options
-            .resource
-            .clone()
-            .unwrap_or_else(|| crate::models::resource_of(agent_endpoint.as_deref()));
-        let credential = self
-            .ctx
-            .credential(&resource)
-            .map(|s| s.expose().to_owned());
-        let mut client_names = HashMap::new();
-        let mut extra = Vec::new();
-        let mut taken: Vec<String> = Vec::new();
-        let host_tools: &[crate::host_tools::HostTool] = if self.agent.options.host_tools {
-            &self.agent.embedder.host_tools
-        } else {
-            &[]
-        };
-        for tool in host_tools {
-            if let Some(wrapped) =
-                crate::host_tools::wrap(tool, self.ctx.clone(), &turn.turn_id, &self.workspace)
-            {
-                taken.push(wrapped.name().to_owned());
-                extra.push(wrapped);
-            }
-        }
-        for (client_id, definition) in self.ctx.client_tools() {
-            if let Some(tool) =
-                client_tools::client_tool(self.ctx.clone(), &turn.turn_id, &client_id, &definition)
-            {
-                client_names.insert(tool.name().to_owned(), client_id.clone());
-                extra.push(tool);
-            }
-        }
-        taken.extend(client_names.keys().cloned());
-        let mut mcp_names = HashMap::new();
-        if let Some(mcp) = self.mcp.get() {
-            for (tool, shown) in mcp.tools(&taken, &self.attachments_dir()) {
-                mcp_names.insert(tool.name().to_owned(), shown);
-                extra.push(tool);
-            }
-        }
-        taken.extend(mcp_names.keys().cloned());
-        let edits = self
-            .agent
-            .embedder
-            .on_file_edit
-            .clone()
-            .map(|observer| OpenEdits::new(&turn.turn_id, observer));
-        let hooks = edits.clone().map(|edits| {
-            Arc::new(EditHooks {
-                edits,
-                workspace: self.workspace.clone(),
-            }) as Arc<dyn cofold_agents::hooks::Hooks>
-        });
-        let built = self
-            .agent
-            .turn_agent(
-                &values,
-                &self.copapo,
-                &self.workspace,
-                credential,
-                TurnExtras {
-                    taken_names: taken,
-                    hooks,
-                    tools: extra,
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        let input =
-            crate::attachments::input_of(&turn.message, built.images, &self.attachments_dir())
-                .map_err(|e| format!("{}: {e}", self.agent.id))?;
-        let mut options = RunOptions::new(self.backend_id.clone(), input);
-        options.workspace = Some(self.workspace.to_string_lossy().into_owned());
-        options.model = (!built.reference.is_empty()).then(|| built.reference.clone());
-        options.message_id = Some(turn.turn_id.clone());
-        let mut mapper = TurnMapper::new(
-            &turn.turn_id,
-            self.workspace.clone(),
-            built.memory_dir.clone(),
-            options.model.clone(),
-        );
-        mapper.set_client_tools(client_names);
-        let mut shown = crate::host_tools::display_names(host_tools);
-        shown.extend(mcp_names);
-        mapper.set_host_tools(shown);
-        Ok(Prepared {
-            built,
-            options,
-            mapper,
-            edits,
-        })
-    }
-
     /// A run ended: the next waiting turn starts.
     fn finished(
         self: &Arc<Self>,
@@ -576,184 +443,5 @@ impl Core {
             handle.cancel(Some(reason.to_owned()));
         }
         Some(running.done.clone())
-    }
-}
-
-#[async_trait::async_trait]
-impl Session for CofoldSession {
-    fn backend_id(&self) -> String {
-        self.core.backend_id.clone()
-    }
-
-    fn begin(&mut self, turn: TurnRequest) {
-        self.core.begin_when_mcp_started(turn);
-    }
-
-    fn mcp_server(&mut self, id: &str, run: bool) -> Result<(), ahpd_sdk::Refusal> {
-        match self.core.mcp.get() {
-            Some(mcp) => mcp.request(id, run).map_err(ahpd_sdk::Refusal::new),
-            None => Err(ahpd_sdk::Refusal::new("this session uses no MCP servers")),
-        }
-    }
-
-    fn watched(&mut self) {
-        // Opened for a client after a restart: the paused run is asked again at once.
-        self.core.reopen_watched();
-    }
-
-    fn cancel(&mut self, _turn_id: &str) {
-        lock(&self.core.mcp_held).take();
-        self.core.reopen_pending();
-        self.core.cancel_all(STOP_REASON);
-    }
-
-    fn stopped(&mut self, turn_id: &str, duration: i64) {
-        lock(&self.core.state)
-            .stops
-            .insert(turn_id.to_owned(), duration);
-        self.cancel(turn_id);
-    }
-
-    fn steer(&mut self, message: PendingMessage) -> bool {
-        self.core.reopen_pending();
-        let state = lock(&self.core.state);
-        let Some(running) = &state.running else {
-            return false;
-        };
-        let Some(handle) = running.handle.clone() else {
-            return false;
-        };
-        if !running.shown.load(Ordering::SeqCst) {
-            return false;
-        }
-        let command = match crate::attachments::input_of(
-            &message.message,
-            running.images,
-            &self.core.attachments_dir(),
-        ) {
-            Ok(cofold_agents::message::Input::Parts(parts)) => Command::Steer {
-                text: message.message.text.clone(),
-                // The message's text leads; cofold puts it first itself.
-                parts: Some(parts.into_iter().skip(1).collect()),
-            },
-            Ok(cofold_agents::message::Input::Text(text)) => Command::Steer { text, parts: None },
-            // Attachments that cannot be read leave the message to a turn of its own.
-            Err(_) => return false,
-        };
-        lock(&running.steers).push_back(message.id.clone());
-        let steers = running.steers.clone();
-        let id = message.id.clone();
-        let mut submit = Box::pin(async move { handle.submit(command).await });
-        // The first poll hands the message to the run before this returns, so a step that
-        // starts after the host has said the steer always finds it, however tasks are
-        // scheduled; the rest (waiting until it is written) goes on in a task.
-        let waker = futures::task::noop_waker();
-        let first = submit
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(&waker));
-        let forget = move |result: Result<(), cofold_agents::error::AgentError>| {
-            if result.is_err() {
-                // Never written: the host keeps the entry and runs it as a turn of its own.
-                lock(&steers).retain(|s| s != &id);
-            }
-        };
-        match first {
-            std::task::Poll::Ready(result) => forget(result),
-            std::task::Poll::Pending => {
-                tokio::spawn(async move { forget(submit.await) });
-            }
-        }
-        true
-    }
-
-    fn resume_turn(&mut self, turn_id: &str) -> Result<(), ahpd_sdk::Refusal> {
-        self.core.reopen_pending();
-        let refusal = || {
-            ahpd_sdk::Refusal::new(format!(
-                "{}: turn {turn_id} cannot be resumed",
-                self.core.agent.id
-            ))
-        };
-        let mut state = lock(&self.core.state);
-        if state.closed || state.running.is_some() || state.cutting {
-            return Err(refusal());
-        }
-        match &state.last {
-            Some(last) if last.turn.turn_id == turn_id && last.resumable => {}
-            _ => return Err(refusal()),
-        }
-        let Some(finished) = state.last.take() else {
-            return Err(refusal());
-        };
-        state.cutting = true;
-        tokio::spawn(self.core.clone().resume(finished));
-        Ok(())
-    }
-
-    fn rewind(&mut self, turn_id: Option<&str>) -> Result<(), ahpd_sdk::Refusal> {
-        self.core.reopen_pending();
-        let id = &self.core.agent.id;
-        let mut state = lock(&self.core.state);
-        if state.running.is_some() || state.cutting {
-            return Err(ahpd_sdk::Refusal::new(format!(
-                "{id}: a turn is running; stop it before cutting the conversation"
-            )));
-        }
-        let through = match turn_id {
-            Some(turn) => match state.cut_points.get(turn) {
-                Some(point) => Some(point.clone()),
-                None => {
-                    return Err(ahpd_sdk::Refusal::new(format!(
-                        "{id}: turn {turn} has no cut point in this process"
-                    )));
-                }
-            },
-            None => None,
-        };
-        state.cutting = true;
-        tokio::spawn(self.core.clone().cut(through));
-        Ok(())
-    }
-
-    fn fork_point(&self, turn_id: &str) -> Option<ahpd_sdk::agent::ForkPoint> {
-        let state = lock(&self.core.state);
-        state
-            .cut_points
-            .get(turn_id)
-            .map(|point| ahpd_sdk::agent::ForkPoint {
-                turn_id: turn_id.to_owned(),
-                data: Value::String(point.clone()),
-            })
-    }
-
-    fn configure(
-        &mut self,
-        changes: &serde_json::Map<String, Value>,
-    ) -> Result<(), ahpd_sdk::Refusal> {
-        crate::agent::check_config(&self.core.agent.id, changes)?;
-        {
-            let mut settings = lock(&self.core.settings);
-            for (k, v) in changes {
-                settings.insert(k.clone(), v.clone());
-            }
-        }
-        // A config change is what opens a session read back from the store.
-        self.core.reopen_pending();
-        Ok(())
-    }
-
-    async fn close(&mut self) {
-        let done = {
-            let waiting = self.core.cancel_all(CLOSE_REASON);
-            let mut state = lock(&self.core.state);
-            state.closed = true;
-            // A paused run nothing reattached stays as it is in the store.
-            state.reopen = None;
-            drop(state);
-            waiting
-        };
-        if let Some(mut done) = done {
-            let _ = done.wait_for(|finished| *finished).await;
-        }
     }
 }

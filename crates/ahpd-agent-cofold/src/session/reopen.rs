@@ -254,32 +254,10 @@ impl Core {
         );
         let images = prepared.built.images;
         let mut mapper = prepared.mapper;
-        let mut requests: HashMap<String, String> = HashMap::new();
         if shown {
             self.ctx.emit(started(&paused));
         }
-        // The stored events rebuild the turn's parts; their asks were put before the restart.
-        for event in &paused.events {
-            match &event.body {
-                EventBody::ApprovalRequested {
-                    request_id,
-                    call_id,
-                    ..
-                } => {
-                    requests.insert(request_id.clone(), call_id.clone());
-                }
-                EventBody::ApprovalResolved { request_id, .. } => {
-                    requests.remove(request_id);
-                }
-                _ => {}
-            }
-            let actions = mapper.map(event);
-            if shown {
-                for action in actions {
-                    self.ctx.emit(action);
-                }
-            }
-        }
+        let mut requests = self.replay(&paused, &mut mapper, shown);
         let pending = paused.pending().cloned();
         if shown {
             self.ctx.emit(act::activity(Some("Waiting on you")));
@@ -302,33 +280,7 @@ impl Core {
                 );
             }
             (pending, Some(replacing)) => {
-                let unannounced = || {
-                    (
-                        paused.request_id.clone().unwrap_or_default(),
-                        "The request".to_owned(),
-                    )
-                };
-                let (request_id, what) = match pending.as_ref().and_then(request_of) {
-                    Some(request_id) => (
-                        request_id,
-                        pending
-                            .as_ref()
-                            .map_or_else(|| "The request".to_owned(), what_of),
-                    ),
-                    None => unannounced(),
-                };
-                // Said on the new turn, so the person knows what became of the request.
-                self.ctx
-                    .emit(act::notice(&replacing.turn_id, &declined_notice(&what)));
-                self.supersede(
-                    Reasked {
-                        handle: handle.clone(),
-                        request_id,
-                        what,
-                        turn_id: String::new(),
-                    },
-                    "",
-                );
+                self.replaced_on_reopen(&paused, pending.as_ref(), &handle, replacing);
             }
             (None, None) => {}
         }
@@ -344,6 +296,73 @@ impl Core {
                 reopened: true,
                 images,
             },
+        );
+    }
+
+    /// Rebuilds the turn's parts from the stored events (said only when `shown`); the
+    /// approvals still open among them, request → call (their asks were put before the
+    /// restart).
+    fn replay(
+        &self,
+        paused: &Paused,
+        mapper: &mut crate::turns::TurnMapper,
+        shown: bool,
+    ) -> HashMap<String, String> {
+        let mut requests = HashMap::new();
+        for event in &paused.events {
+            match &event.body {
+                EventBody::ApprovalRequested {
+                    request_id,
+                    call_id,
+                    ..
+                } => {
+                    requests.insert(request_id.clone(), call_id.clone());
+                }
+                EventBody::ApprovalResolved { request_id, .. } => {
+                    requests.remove(request_id);
+                }
+                _ => {}
+            }
+            let actions = mapper.map(event);
+            if shown {
+                for action in actions {
+                    self.ctx.emit(action);
+                }
+            }
+        }
+        requests
+    }
+
+    /// A turn took the reopened run's place: the run's request is declined, and the new turn
+    /// says what became of it.
+    fn replaced_on_reopen(
+        self: &Arc<Self>,
+        paused: &Paused,
+        pending: Option<&EventBody>,
+        handle: &cofold_agents::run::RunHandle,
+        replacing: &TurnRequest,
+    ) {
+        let (request_id, what) = match pending.and_then(request_of) {
+            Some(request_id) => (
+                request_id,
+                pending.map_or_else(|| "The request".to_owned(), what_of),
+            ),
+            None => (
+                paused.request_id.clone().unwrap_or_default(),
+                "The request".to_owned(),
+            ),
+        };
+        // Said on the new turn, so the person knows what became of the request.
+        self.ctx
+            .emit(act::notice(&replacing.turn_id, &declined_notice(&what)));
+        self.supersede(
+            Reasked {
+                handle: handle.clone(),
+                request_id,
+                what,
+                turn_id: String::new(),
+            },
+            "",
         );
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use ahp_types::actions::StateAction;
-use ahpd_agent_cofold::options::options_schema;
+use ahpd_agent_cofold::options_schema;
 use ahpd_sdk::Agent;
 use serde_json::{Value, json};
 

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use ahpd_agent_cofold::Copapo;
 use ahpd_agent_cofold::Environment;
-use ahpd_agent_cofold::models::Copapo;
 use ahpd_sdk::Agent;
 use serde_json::json;
 
@@ -18,7 +18,7 @@ fn debug_output_names_keys_without_printing_them() {
         "model": "p/m",
         "providers": [{ "id": "p", "baseUrl": "http://127.0.0.1:9/v1", "apiKey": "sk-secret-file" }]
     }));
-    let copapo: Copapo = ahpd_agent_cofold::models::read_copapo(&env, None);
+    let copapo: Copapo = ahpd_agent_cofold::read_copapo(&env, None);
     assert_eq!(copapo.providers.len(), 1, "{:?}", copapo.error);
     let printed = format!("{env:?} {copapo:?}");
     assert!(printed.contains("OPENAI_API_KEY"), "{printed}");

@@ -4,6 +4,7 @@
 //! [`ComputerPort`], talks AHP to it with the official client over the process's standard
 //! streams, and carries turns, approvals, answers and configuration across.
 
+mod connect;
 mod dispose;
 mod session;
 mod transport;

@@ -1,11 +1,10 @@
 //! One session carried to an inner host: starting it, the driver task that forwards turns
 //! inward and actions outward, and the failure sentences.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ahp::{Client, ClientConfig, ClientError, SubscriptionEvent};
+use ahp::SubscriptionEvent;
 use ahp_types::actions::{
     ChatErrorAction, ChatInputCompletedAction, ChatToolCallConfirmedAction,
     ChatTurnCancelledAction, ChatTurnResumeAction, ChatTurnStartedAction,
@@ -14,20 +13,15 @@ use ahp_types::actions::{
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ErrorInfo, ErrorResponsePart};
 use async_trait::async_trait;
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::transport::{LineTransport, StderrTail};
+use super::connect::{Conn, Link, connect};
 use crate::agent::{
     Agent, AgentError, ApprovalOutcome, ApprovalRequest, Refusal, Session, SessionContext,
     SessionStart, TurnRequest,
 };
-use crate::machine::{
-    COMPUTER_KEY, ComputerPort, InnerEnd, InnerStart, MachineError, PrepareRequest,
-};
-use crate::util::file_uri;
+use crate::machine::{COMPUTER_KEY, ComputerPort, InnerEnd, MachineError, PrepareRequest};
 
 /// How long a closing inner host has to end after its input closed.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
@@ -41,32 +35,6 @@ pub(crate) struct Opening {
     pub computer: String,
     pub start: SessionStart,
     pub start_timeout: Duration,
-}
-
-/// Everything needed to (re)start the inner host of one session.
-struct Link {
-    port: Arc<dyn ComputerPort>,
-    agent: Arc<dyn Agent>,
-    plugin: String,
-    provider: String,
-    machine: String,
-    backend_id: String,
-    settings: JsonObject,
-    folder: Option<PathBuf>,
-    timeout: Duration,
-    ctx: SessionContext,
-}
-
-/// A live connection to an inner host.
-struct Conn {
-    client: Client,
-    events: ahp::ClientEventStream,
-    ended: Shared<BoxFuture<'static, InnerEnd>>,
-    tail: StderrTail,
-    session: String,
-    chat: String,
-    /// `(inner prefix, host prefix)` of working folder URIs, when they differ.
-    remap: Option<(String, String)>,
 }
 
 enum Cmd {
@@ -205,214 +173,6 @@ impl Session for NestedSession {
             let _ = tokio::time::timeout(CLOSE_WAIT * 2, wait).await;
         }
     }
-}
-
-/// Seconds for a sentence: whole when whole, else with the decimals needed.
-fn seconds(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{}", d.as_secs())
-    } else {
-        format!("{s}")
-    }
-}
-
-/// Starts an inner host and opens (or resumes) the conversation in it.
-async fn connect(
-    link: &Link,
-    resume: bool,
-    mutable: &Arc<Mutex<Vec<String>>>,
-) -> Result<Conn, String> {
-    let id = &link.machine;
-    let process = link
-        .port
-        .start_inner(
-            id,
-            InnerStart {
-                plugin: link.plugin.clone(),
-                provider: link.provider.clone(),
-                needs: link.agent.machine(),
-                folder: link.folder.clone(),
-            },
-        )
-        .await?;
-    let tail = StderrTail::default();
-    let follower = tail.follow(process.stderr);
-    let ended = process.ended.shared();
-    let inner_dir = process.working_directory.clone();
-    let client = Client::connect(
-        LineTransport::new(process.stdin, process.stdout),
-        ClientConfig {
-            default_request_timeout: None,
-            ..ClientConfig::default()
-        },
-    )
-    .await
-    .map_err(|e| format!("the host inside computer://{id} cannot be reached: {e}"))?;
-    let events = client.events();
-    let init = client.initialize(
-        format!("ahpd-nested-{id}"),
-        vec!["1.0.0".into()],
-        Vec::new(),
-    );
-    let answered = tokio::select! {
-        r = tokio::time::timeout(link.timeout, init) => match r {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(_)) => Err(None),
-            Err(_) => {
-                client.shutdown().await;
-                return Err(format!(
-                    "the host inside computer://{id} did not answer initialize within {} s",
-                    seconds(link.timeout)
-                ));
-            }
-        },
-        end = ended.clone() => Err(Some(end)),
-    };
-    let result = match answered {
-        Ok(r) => r,
-        Err(end) => {
-            let end = match end {
-                Some(e) => e,
-                None => ended.clone().await,
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(1), follower).await;
-            return Err(format!(
-                "the host inside computer://{id} ended before it answered: {}{}",
-                end.how(),
-                tail.said()
-            ));
-        }
-    };
-    if result.protocol_version != "1.0.0" {
-        client.shutdown().await;
-        return Err(format!(
-            "the host inside computer://{id} speaks AHP {}, and this host offered 1.0.0",
-            result.protocol_version
-        ));
-    }
-    let (session, chat) =
-        match open_inside(&client, link, resume, mutable, inner_dir.as_deref()).await {
-            Ok(found) => found,
-            Err(sentence) => {
-                client.shutdown().await;
-                return Err(sentence);
-            }
-        };
-    let remap = match (&inner_dir, &link.folder) {
-        (Some(inside), Some(host)) if std::path::Path::new(inside) != host.as_path() => {
-            Some((file_uri(std::path::Path::new(inside)), file_uri(host)))
-        }
-        _ => None,
-    };
-    Ok(Conn {
-        client,
-        events,
-        ended,
-        tail,
-        session,
-        chat,
-        remap,
-    })
-}
-
-/// Picks the inner provider, then creates (or resumes) the conversation inside and subscribes
-/// its session and chat; their URIs.
-async fn open_inside(
-    client: &Client,
-    link: &Link,
-    resume: bool,
-    mutable: &Arc<Mutex<Vec<String>>>,
-    inner_dir: Option<&str>,
-) -> Result<(String, String), String> {
-    let id = &link.machine;
-    let failed = |what: &str, e: ClientError| -> String {
-        format!("the host inside computer://{id} refused {what}: {e}")
-    };
-    let (root, _) = client
-        .subscribe("ahp-root://".into())
-        .await
-        .map_err(|e| failed("the root subscription", e))?;
-    let root = serde_json::to_value(&root).unwrap_or(Value::Null);
-    let agents: Vec<String> = root["snapshot"]["state"]["agents"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x["provider"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let inner_provider = if agents.contains(&link.provider) {
-        link.provider.clone()
-    } else if agents.len() == 1 {
-        agents[0].clone()
-    } else {
-        return Err(format!(
-            "the host inside computer://{id} serves no agent called {}",
-            link.provider
-        ));
-    };
-    let session = format!("{inner_provider}:/{}", link.backend_id);
-    let mut snapshot = None;
-    if resume {
-        match client.subscribe(session.clone()).await {
-            Ok((s, _)) => snapshot = Some(s),
-            Err(ClientError::Rpc(e)) if e.code == -32001 => {}
-            Err(e) => return Err(failed("the session", e)),
-        }
-    }
-    let snapshot = match snapshot {
-        Some(s) => s,
-        None => {
-            let mut dirs = Vec::new();
-            if let Some(d) = inner_dir {
-                dirs.push(file_uri(std::path::Path::new(d)));
-            }
-            let _: Value = client
-                .request(
-                    "createSession",
-                    json!({
-                        "channel": session,
-                        "provider": inner_provider,
-                        "config": link.settings,
-                        "workingDirectories": dirs,
-                    }),
-                )
-                .await
-                .map_err(|e| match e {
-                    ClientError::Rpc(r) => r.message,
-                    other => other.to_string(),
-                })?;
-            client
-                .subscribe(session.clone())
-                .await
-                .map_err(|e| failed("the session", e))?
-                .0
-        }
-    };
-    let state = serde_json::to_value(&snapshot).unwrap_or(Value::Null);
-    let state = &state["snapshot"]["state"];
-    if let Ok(mut m) = mutable.lock() {
-        *m = state["config"]["schema"]["properties"]
-            .as_object()
-            .map(|p| {
-                p.iter()
-                    .filter(|(_, v)| v["sessionMutable"] == Value::Bool(true))
-                    .map(|(k, _)| k.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-    }
-    let chat = state["defaultChat"]
-        .as_str()
-        .or_else(|| state["chats"][0]["resource"].as_str())
-        .map(str::to_owned)
-        .ok_or_else(|| format!("the host inside computer://{id} opened a session with no chat"))?;
-    client
-        .subscribe(chat.clone())
-        .await
-        .map_err(|e| failed("the chat", e))?;
-    Ok((session, chat))
 }
 
 /// The running turn: its id and when it started.

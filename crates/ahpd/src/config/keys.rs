@@ -115,29 +115,7 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
     let base = dir_of(file);
     for (key, value) in map {
         match key.as_str() {
-            "paths" => {
-                let Value::Array(items) = value else {
-                    return Err(key_err(file, "paths", "must be an array of folder paths"));
-                };
-                let mut paths = Vec::new();
-                for (i, item) in items.iter().enumerate() {
-                    let key = format!("paths[{i}]");
-                    let raw = item
-                        .as_str()
-                        .filter(|s| !s.is_empty())
-                        .ok_or_else(|| key_err(file, &key, "must be a folder path"))?;
-                    let path = locations::resolve_path(raw, &base)?;
-                    if !path.is_dir() {
-                        return Err(key_err(
-                            file,
-                            &key,
-                            format!("{} is not an existing directory", path.display()),
-                        ));
-                    }
-                    paths.push(path);
-                }
-                layer.paths = Some(paths);
-            }
+            "paths" => layer.paths = Some(check_paths(file, value, &base)?),
             "host" => match value.as_str() {
                 Some(h) if !h.trim().is_empty() => layer.host = Some(h.to_owned()),
                 _ => return Err(key_err(file, "host", "must be a non-empty string")),
@@ -166,33 +144,9 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
                 })?;
                 layer.delta_window_ms = Some(ms);
             }
-            "connectionToken" => {
-                let setting = match value {
-                    Value::String(s) if !s.is_empty() => {
-                        TokenSetting::Literal(vault::Secret::new(s.clone()))
-                    }
-                    Value::Object(_) => {
-                        let name = secret_ref(value).ok_or_else(|| {
-                            key_err(
-                                file,
-                                "connectionToken",
-                                "must be a non-empty string or {\"$secret\": \"<name>\"}",
-                            )
-                        })?;
-                        vault::check_name(name)
-                            .map_err(|e| key_err(file, "connectionToken", e.to_string()))?;
-                        TokenSetting::SecretRef(name.to_owned())
-                    }
-                    _ => {
-                        return Err(key_err(
-                            file,
-                            "connectionToken",
-                            "must be a non-empty string or {\"$secret\": \"<name>\"}",
-                        ));
-                    }
-                };
-                layer.tokens.push(("connectionToken", setting));
-            }
+            "connectionToken" => layer
+                .tokens
+                .push(("connectionToken", check_token(file, value)?)),
             "connectionTokenFile" => {
                 let raw = value
                     .as_str()
@@ -215,19 +169,7 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
             }
             "plugins" => layer.plugins = Some(check_plugins(file, value)?),
             "allowedOrigins" => layer.allowed_origins = Some(check_origins(file, value)?),
-            "resourceDeny" => {
-                let Value::Array(items) = value else {
-                    return Err(key_err(file, "resourceDeny", "must be an array of paths"));
-                };
-                let mut paths = Vec::new();
-                for (i, item) in items.iter().enumerate() {
-                    let raw = item.as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
-                        key_err(file, format!("resourceDeny[{i}]"), "must be a path")
-                    })?;
-                    paths.push(locations::resolve_path(raw, &base)?);
-                }
-                layer.resource_deny = Some(paths);
-            }
+            "resourceDeny" => layer.resource_deny = Some(check_deny(file, value, &base)?),
             "mcpServers" => layer.mcp_servers = Some(super::mcp::check(file, value, &base)?),
             other => {
                 debug_assert!(!KNOWN_KEYS.contains(&other));
@@ -236,6 +178,69 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
         }
     }
     Ok(layer)
+}
+
+/// `paths`: existing folders, relative ones read from the file's folder.
+fn check_paths(file: &Path, value: &Value, base: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(key_err(file, "paths", "must be an array of folder paths"));
+    };
+    let mut paths = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("paths[{i}]");
+        let raw = item
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| key_err(file, &key, "must be a folder path"))?;
+        let path = locations::resolve_path(raw, base)?;
+        if !path.is_dir() {
+            return Err(key_err(
+                file,
+                &key,
+                format!("{} is not an existing directory", path.display()),
+            ));
+        }
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// `connectionToken`: the token itself, or a reference to it in the vault.
+fn check_token(file: &Path, value: &Value) -> Result<TokenSetting, ConfigError> {
+    let refused = || {
+        key_err(
+            file,
+            "connectionToken",
+            "must be a non-empty string or {\"$secret\": \"<name>\"}",
+        )
+    };
+    match value {
+        Value::String(s) if !s.is_empty() => {
+            Ok(TokenSetting::Literal(vault::Secret::new(s.clone())))
+        }
+        Value::Object(_) => {
+            let name = secret_ref(value).ok_or_else(refused)?;
+            vault::check_name(name).map_err(|e| key_err(file, "connectionToken", e.to_string()))?;
+            Ok(TokenSetting::SecretRef(name.to_owned()))
+        }
+        _ => Err(refused()),
+    }
+}
+
+/// `resourceDeny`: paths, relative ones read from the file's folder.
+fn check_deny(file: &Path, value: &Value, base: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let Value::Array(items) = value else {
+        return Err(key_err(file, "resourceDeny", "must be an array of paths"));
+    };
+    let mut paths = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let raw = item
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| key_err(file, format!("resourceDeny[{i}]"), "must be a path"))?;
+        paths.push(locations::resolve_path(raw, base)?);
+    }
+    Ok(paths)
 }
 
 /// `allowedOrigins`: web origins as browsers send them, `<scheme>://<host>[:<port>]`.

@@ -122,19 +122,7 @@ async fn one_turn(
     dir: &Path,
     interactive: bool,
 ) -> Result<i32, CommandError> {
-    let mut conv = match &opts.session {
-        Some(uri) => {
-            let conv = Conversation::open(conn, uri).await?;
-            if let Some(mode) = &opts.mode {
-                conv.configure(conn, "permissionMode", mode).await?;
-            }
-            conv
-        }
-        None => {
-            let new = new_session(opts.model.as_deref(), opts.mode.as_deref());
-            Conversation::create(conn, dir, &new).await?
-        }
-    };
+    let mut conv = open_conversation(conn, opts, dir).await?;
     tracing::debug!(session = %conv.session, "session open");
     let dir = session_dir(&conv, dir);
     let mut printer = Printer::new(opts.json, opts.show_reasoning);
@@ -194,25 +182,8 @@ async fn one_turn(
                         printer.note("(answered elsewhere; press Enter)");
                     }
                 }
-                match end_of(&env.action, &turn) {
-                    Some(End::Complete) => {
-                        finish(&mut printer, opts.json);
-                        return Ok(if denied_unasked { 1 } else { 0 });
-                    }
-                    Some(End::Failed) => {
-                        if opts.json
-                            && let StateAction::ChatError(e) = &env.action
-                        {
-                            printer.warn(&format!("ahpd: the turn failed: {}", e.part.error.message));
-                        }
-                        finish(&mut printer, opts.json);
-                        return Ok(1);
-                    }
-                    Some(End::Cancelled) => {
-                        printer.warn("ahpd: the turn was stopped");
-                        return Ok(super::run::STOPPED);
-                    }
-                    None => {}
+                if let Some(code) = turn_end(&mut printer, opts, &env.action, &turn, denied_unasked) {
+                    return Ok(code);
                 }
             }
             answer = answer_of(&mut asking) => {
@@ -250,6 +221,58 @@ async fn one_turn(
                 printer.warn("ahpd: stopping the turn (Ctrl-C again to quit)");
                 conv.stop(conn, &turn).await?;
             }
+        }
+    }
+}
+
+/// The session the turn goes to: the one named (its approval mode set when one was given), or
+/// a new one in `dir`.
+async fn open_conversation(
+    conn: &Conn,
+    opts: &RunOpts,
+    dir: &Path,
+) -> Result<Conversation, CommandError> {
+    Ok(match &opts.session {
+        Some(uri) => {
+            let conv = Conversation::open(conn, uri).await?;
+            if let Some(mode) = &opts.mode {
+                conv.configure(conn, "permissionMode", mode).await?;
+            }
+            conv
+        }
+        None => {
+            let new = new_session(opts.model.as_deref(), opts.mode.as_deref());
+            Conversation::create(conn, dir, &new).await?
+        }
+    })
+}
+
+/// The exit code when `action` ends the turn: 0 when it completed (1 when an approval was
+/// denied for want of a terminal), 1 when it failed, `STOPPED` when it was stopped.
+fn turn_end(
+    printer: &mut Printer,
+    opts: &RunOpts,
+    action: &StateAction,
+    turn: &str,
+    denied_unasked: bool,
+) -> Option<i32> {
+    match end_of(action, turn)? {
+        End::Complete => {
+            finish(printer, opts.json);
+            Some(if denied_unasked { 1 } else { 0 })
+        }
+        End::Failed => {
+            if opts.json
+                && let StateAction::ChatError(e) = action
+            {
+                printer.warn(&format!("ahpd: the turn failed: {}", e.part.error.message));
+            }
+            finish(printer, opts.json);
+            Some(1)
+        }
+        End::Cancelled => {
+            printer.warn("ahpd: the turn was stopped");
+            Some(super::run::STOPPED)
         }
     }
 }

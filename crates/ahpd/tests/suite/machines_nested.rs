@@ -68,7 +68,11 @@ impl ComputerPort for LocalPort {
         self.events.lock().unwrap().push(format!("leave {id}"));
     }
 
-    async fn start_inner(&self, _id: &str, start: InnerStart) -> Result<InnerProcess, String> {
+    async fn start_inner(
+        &self,
+        _id: &str,
+        start: InnerStart,
+    ) -> Result<InnerProcess, MachineError> {
         let mut cmd = match &self.inner {
             Inner::Ahpd => {
                 let mut c = tokio::process::Command::new(BIN);
@@ -90,7 +94,9 @@ impl ComputerPort for LocalPort {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| MachineError::Failed(e.to_string()))?;
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();

@@ -3,29 +3,22 @@
 //! The handle and the run's task share one small state behind a mutex: the events published so
 //! far, the status, the open request (if any), the queued steers and, once settled, the outcome.
 //! A `watch` channel carries a change counter so streams and waiters wake without polling.
-//!
-//! A streamed answer is mostly `model.delta` events, one per fragment, and the handle keeps
-//! every event for as long as it lives (each `events()` call starts from the first). Kept whole,
-//! a fragment of a few bytes cost about half a kilobyte (the event and its own copies of the
-//! run's, session's and agent's ids and of its timestamp), so a 2,000-fragment answer held about
-//! a megabyte per run. [`Log`] keeps a fragment as a few numbers (its timestamp as microseconds)
-//! and its text in one shared buffer, about 40 bytes besides the text, and rebuilds the event
-//! when it is read.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::Stream;
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{AgentError, ErrorCode};
-use crate::event::{Command, DeltaKind, Event, EventBody, RequestKind, RunOutcome, RunStatus};
+use crate::event::{Command, Event, EventBody, RunOutcome, RunStatus};
 use crate::id::Timestamp;
 use crate::message::Part;
-use crate::question::{Question, validate_answers};
-use crate::tool::{AbortController, AbortReason, Tool};
+use crate::tool::{AbortController, AbortReason};
+
+use super::command_check::{OpenRequest, check_command, steer_parts};
+use super::event_log::{Log, Names};
 
 /// What the run's task receives from a submit: the command and where to report how it went.
 pub(crate) type Envelope = (Command, oneshot::Sender<Result<(), AgentError>>);
@@ -37,15 +30,6 @@ pub(crate) struct QueuedSteer {
 }
 
 /// The request a paused run waits on, as the handle needs it to check a command.
-#[derive(Clone)]
-pub(crate) struct OpenRequest {
-    pub(crate) request_id: String,
-    pub(crate) kind: RequestKind,
-    /// The paused call's tool, for checking an edited input; `None` when it no longer exists.
-    pub(crate) tool: Option<Tool>,
-    pub(crate) questions: Vec<Question>,
-}
-
 enum Phase {
     /// No request is open.
     Running,
@@ -55,120 +39,6 @@ enum Phase {
     Paused(OpenRequest),
     /// A command for this request is being applied.
     Resolving(String),
-}
-
-/// One event as a handle keeps it.
-enum Kept {
-    /// A `model.delta` of this handle's run with a timestamp in the canonical form: its text is
-    /// `Log::text[start..start + len]`.
-    Fragment {
-        seq: u64,
-        at_micros: i64,
-        start: u32,
-        len: u32,
-        step: u32,
-        kind: DeltaKind,
-    },
-    Whole(Box<Event>),
-}
-
-/// The events a handle holds, in order (see the module's notes).
-#[derive(Default)]
-struct Log {
-    kept: Vec<Kept>,
-    /// The texts of the kept fragments, end to end.
-    text: String,
-}
-
-impl Log {
-    fn push(&mut self, names: &Names<'_>, event: Event) {
-        let kept = self.fragment(names, &event);
-        self.kept
-            .push(kept.unwrap_or_else(|| Kept::Whole(Box::new(event))));
-    }
-
-    /// The compact form of `event`, when it is a fragment of this run that can be rebuilt
-    /// exactly.
-    fn fragment(&mut self, names: &Names<'_>, event: &Event) -> Option<Kept> {
-        let EventBody::ModelDelta { step, kind, text } = &event.body else {
-            return None;
-        };
-        if event.run_id != names.run_id
-            || event.session_id != names.session_id
-            || event.agent_id != names.agent_id
-        {
-            return None;
-        }
-        let at_micros = event.at.unix_micros();
-        if Timestamp::from_unix_micros(at_micros) != event.at {
-            return None;
-        }
-        let start = u32::try_from(self.text.len()).ok()?;
-        let len = u32::try_from(text.len()).ok()?;
-        start.checked_add(len)?;
-        self.text.push_str(text);
-        Some(Kept::Fragment {
-            seq: event.seq,
-            at_micros,
-            start,
-            len,
-            step: *step,
-            kind: *kind,
-        })
-    }
-
-    fn get(&self, names: &Names<'_>, index: usize) -> Option<Event> {
-        Some(match self.kept.get(index)? {
-            Kept::Whole(event) => (**event).clone(),
-            Kept::Fragment {
-                seq,
-                at_micros,
-                start,
-                len,
-                step,
-                kind,
-            } => {
-                let start = *start as usize;
-                let text = self.text.get(start..start + *len as usize)?;
-                Event {
-                    seq: *seq,
-                    run_id: names.run_id.to_owned(),
-                    session_id: names.session_id.to_owned(),
-                    agent_id: names.agent_id.to_owned(),
-                    at: Timestamp::from_unix_micros(*at_micros),
-                    body: EventBody::ModelDelta {
-                        step: *step,
-                        kind: *kind,
-                        text: text.to_owned(),
-                    },
-                }
-            }
-        })
-    }
-
-    fn last_seq(&self) -> Option<u64> {
-        self.kept.last().map(|kept| match kept {
-            Kept::Fragment { seq, .. } => *seq,
-            Kept::Whole(event) => event.seq,
-        })
-    }
-
-    fn last_outcome_status(&self) -> Option<RunStatus> {
-        match self.kept.last()? {
-            Kept::Whole(event) => match &event.body {
-                EventBody::RunFinished { outcome } => Some(outcome.status()),
-                _ => None,
-            },
-            Kept::Fragment { .. } => None,
-        }
-    }
-}
-
-/// The names every event of a handle's run carries.
-struct Names<'a> {
-    run_id: &'a str,
-    session_id: &'a str,
-    agent_id: &'a str,
 }
 
 struct State {
@@ -499,6 +369,24 @@ impl RunHandle {
     }
 
     async fn steer(&self, text: String, parts: Option<Vec<Part>>) -> Result<(), AgentError> {
+        self.queue_steer(text, parts)?.await
+    }
+
+    /// Queues a steering message before returning, so the next model step finds it however
+    /// tasks are scheduled; the future returned resolves once the message is written into the
+    /// conversation, or fails when the run ends first. `submit` with [`Command::Steer`] does the
+    /// same in one step for a caller that need not know when the message is queued.
+    pub fn queue_steer(
+        &self,
+        text: String,
+        parts: Option<Vec<Part>>,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(), AgentError>> + Send + 'static,
+        AgentError,
+    > {
+        if self.shared.is_closed() {
+            return Err(not_running(&self.shared.run_id));
+        }
         let message_parts = steer_parts(text, parts)?;
         let (done, wait) = oneshot::channel();
         {
@@ -511,8 +399,8 @@ impl RunHandle {
                 done,
             });
         }
-        wait.await
-            .unwrap_or_else(|_| Err(not_running(&self.shared.run_id)))
+        let run_id = self.shared.run_id.clone();
+        Ok(async move { wait.await.unwrap_or_else(|_| Err(not_running(&run_id))) })
     }
 
     async fn resolve(&self, command: Command) -> Result<(), AgentError> {
@@ -564,88 +452,5 @@ impl RunHandle {
             return Some(Err(not_running(&self.shared.run_id)));
         }
         Some(Ok(wait))
-    }
-}
-
-/// The parts of a steer message: the text first, then the given parts (text and images only).
-/// The text is left out only when it is empty and parts are given.
-fn steer_parts(text: String, parts: Option<Vec<Part>>) -> Result<Vec<Part>, AgentError> {
-    let extra = parts.unwrap_or_default();
-    for part in &extra {
-        if !matches!(part, Part::Text { .. } | Part::Image { .. }) {
-            return Err(AgentError::invalid_options(format!(
-                "a steer takes only text and image parts, not a {} part",
-                part.kind()
-            )));
-        }
-    }
-    let mut all = Vec::with_capacity(extra.len() + 1);
-    if !text.is_empty() || extra.is_empty() {
-        all.push(Part::Text { text });
-    }
-    all.extend(extra);
-    Ok(all)
-}
-
-/// Checks a command against the open request before anything is written.
-fn check_command(open: &OpenRequest, command: &Command) -> Result<(), AgentError> {
-    let request_id = match command {
-        Command::Approve { request_id, .. }
-        | Command::Deny { request_id, .. }
-        | Command::Answer { request_id, .. } => request_id,
-        Command::Cancel { .. } | Command::Steer { .. } => return Ok(()),
-    };
-    if *request_id != open.request_id {
-        return Err(AgentError::not_found(format!(
-            "request {request_id} is not the open request"
-        )));
-    }
-    match (open.kind, command) {
-        (_, Command::Deny { .. }) => Ok(()),
-        (RequestKind::Approval, Command::Answer { .. }) => Err(AgentError::invalid_options(
-            format!("request {request_id} asks for an approval; answer it with approve or deny"),
-        )),
-        (
-            RequestKind::Approval,
-            Command::Approve {
-                input: Some(edited),
-                ..
-            },
-        ) => check_edited_input(open.tool.as_ref(), edited).map(|_| ()),
-        (RequestKind::Input, Command::Answer { answers, .. }) => {
-            check_answers(&open.questions, answers)
-        }
-        (RequestKind::Input, _) => Err(AgentError::invalid_options(format!(
-            "request {request_id} asks questions; answer it with answer or deny"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Validates an edited input against the paused call's tool, filling defaults.
-pub(crate) fn check_edited_input(tool: Option<&Tool>, edited: &Value) -> Result<Value, AgentError> {
-    let Some(tool) = tool else {
-        return Err(AgentError::not_found(
-            "the paused call's tool no longer exists",
-        ));
-    };
-    tool.validate(edited).map_err(|issues| {
-        let texts: Vec<String> = issues.iter().map(|i| i.to_string()).collect();
-        AgentError::invalid_options(format!("Invalid arguments: {}", texts.join("; ")))
-            .with_detail(Value::from(texts))
-    })
-}
-
-fn check_answers(questions: &[Question], answers: &Value) -> Result<(), AgentError> {
-    if !answers.is_object() {
-        return Err(AgentError::invalid_options(
-            "answers must be a JSON object of question id to answer",
-        ));
-    }
-    let problems = validate_answers(questions, answers);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(AgentError::invalid_options(problems.join("; ")).with_detail(Value::from(problems)))
     }
 }

@@ -7,6 +7,8 @@
 //! the same sequence.
 
 mod batch;
+mod command_check;
+mod event_log;
 mod finish;
 mod guard;
 mod handle;
@@ -39,8 +41,9 @@ use crate::store::{RunRef, Store};
 use crate::tool::{AbortReason, AbortSignal, KvScopes};
 use crate::usage::{ZERO_USAGE, micros_to_usd};
 
+pub(crate) use command_check::OpenRequest;
 pub use handle::RunHandle;
-pub(crate) use handle::{OpenRequest, TaskSide};
+pub(crate) use handle::TaskSide;
 pub(crate) use hold::Hold;
 pub use run_store::STORE_GRACE;
 pub use settle::settle_dead_runs;

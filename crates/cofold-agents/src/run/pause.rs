@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::handle::check_edited_input;
+use super::command_check::check_edited_input;
 use super::tool_call::{CallResult, error_result, millis_since};
 use super::{Exit, Flow, OpenRequest, Runner, TURN_STOPPED, stored_outcome};
 use crate::error::{AgentError, ErrorCode};
