@@ -39,6 +39,8 @@ pub(crate) struct Opening {
 
 enum Cmd {
     Begin(Box<TurnRequest>),
+    /// A turn sent again to a new inner host, because the one it went to had ended unseen.
+    Retry(Box<TurnRequest>),
     Cancel(String),
     Configure(JsonObject),
     Resume(String),
@@ -179,6 +181,12 @@ impl Session for NestedSession {
 struct Running {
     id: String,
     since: Instant,
+    /// The turn as sent, until the host inside shows it took it. A host found ended before
+    /// then never saw the turn (a machine stopped a moment before it, say), so the turn goes
+    /// to a new host once rather than failing.
+    unseen: Option<Box<TurnRequest>>,
+    /// Whether this turn was already sent again.
+    retried: bool,
 }
 
 fn fail_turn(ctx: &SessionContext, turn: &Running, message: String) {
@@ -256,12 +264,16 @@ async fn drive(
             Next::Event(None) => {
                 if let Some(c) = conn.take() {
                     let end = c.ended.clone().await;
-                    ended_now(&link, &c, end, &mut running);
+                    if let Some(turn) = ended_now(&link, &c, end, &mut running) {
+                        command(&link, &mut conn, &mut running, Cmd::Retry(turn), &mutable).await;
+                    }
                 }
             }
             Next::Ended(end) => {
-                if let Some(c) = conn.take() {
-                    ended_now(&link, &c, end, &mut running);
+                if let Some(c) = conn.take()
+                    && let Some(turn) = ended_now(&link, &c, end, &mut running)
+                {
+                    command(&link, &mut conn, &mut running, Cmd::Retry(turn), &mutable).await;
                 }
             }
         }
@@ -271,7 +283,15 @@ async fn drive(
     }
 }
 
-fn ended_now(link: &Link, c: &Conn, end: InnerEnd, running: &mut Option<Running>) {
+/// Fails the running turn with how the inner host ended, or hands it back to be sent again
+/// when that host never took it.
+fn ended_now(
+    link: &Link,
+    c: &Conn,
+    end: InnerEnd,
+    running: &mut Option<Running>,
+) -> Option<Box<TurnRequest>> {
+    let deleted = end.deleted;
     let sentence = if end.deleted {
         format!(
             "computer://{} was deleted while this session ran in it",
@@ -286,8 +306,22 @@ fn ended_now(link: &Link, c: &Conn, end: InnerEnd, running: &mut Option<Running>
         )
     };
     match running.take() {
-        Some(turn) => fail_turn(&link.ctx, &turn, sentence),
-        None => tracing::info!(machine = %link.machine, "{sentence}"),
+        Some(Running {
+            unseen: Some(turn),
+            retried: false,
+            ..
+        }) if !deleted => {
+            tracing::info!(machine = %link.machine, "{sentence}; turn {} goes to a new one", turn.turn_id);
+            Some(turn)
+        }
+        Some(turn) => {
+            fail_turn(&link.ctx, &turn, sentence);
+            None
+        }
+        None => {
+            tracing::info!(machine = %link.machine, "{sentence}");
+            None
+        }
     }
 }
 
@@ -313,10 +347,12 @@ async fn command(
         match connect(link, true, mutable).await {
             Ok(c) => *conn = Some(c),
             Err(sentence) => {
-                if let Cmd::Begin(turn) = &cmd {
+                if let Cmd::Begin(turn) | Cmd::Retry(turn) = &cmd {
                     let turn = Running {
                         id: turn.turn_id.clone(),
                         since: Instant::now(),
+                        unseen: None,
+                        retried: true,
                     };
                     fail_turn(&link.ctx, &turn, sentence);
                 } else {
@@ -327,11 +363,14 @@ async fn command(
         }
     }
     let Some(c) = conn.as_ref() else { return };
+    let retried = matches!(cmd, Cmd::Retry(_));
     let (channel, action) = match cmd {
-        Cmd::Begin(turn) => {
+        Cmd::Begin(turn) | Cmd::Retry(turn) => {
             *running = Some(Running {
                 id: turn.turn_id.clone(),
                 since: Instant::now(),
+                unseen: Some(turn.clone()),
+                retried,
             });
             (
                 c.chat.clone(),
@@ -403,6 +442,11 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
         return;
     }
     let action = envelope.action;
+    if let (StateAction::ChatTurnStarted(a), Some(r)) = (&action, running.as_mut())
+        && a.turn_id == r.id
+    {
+        r.unseen = None;
+    }
     match action {
         StateAction::ChatToolCallReady(a) if a.confirmed.is_none() => {
             let ctx = link.ctx.clone();

@@ -2,7 +2,7 @@
 //! (built with the cargo feature `test-plugins`).
 //!
 //! A turn answers with the prompt's text as one markdown part sent in three deltas; the prompt
-//! `/hang` runs until cancelled. Conversations are files under the option `store`, so listing,
+//! `/hang` runs until cancelled; `/stall` sends its empty part first, then does the same. Conversations are files under the option `store`, so listing,
 //! transcripts and restarts behave as they would with a real engine. A record with
 //! `"closeHangs": true` makes sessions whose close never finishes, to test the bounded shutdown.
 //! `@ahpd/agent-echo-twin` registers the same engine, to exercise the duplicate-engine refusal.
@@ -352,6 +352,10 @@ async fn run_turn(
         }),
         meta: None,
     }));
+    if turn.message.text.trim() == "/stall" {
+        // Shows it began (the empty part), then runs until cancelled.
+        std::future::pending::<()>().await;
+    }
     for piece in thirds(&turn.message.text) {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;

@@ -313,20 +313,8 @@ fn case_38_orphans_go_others_stay_and_stopped_machines_start() {
             read(&client, "computer://box/state").await.unwrap(),
             "stopped"
         );
-        // The session learns its inner host ended (a line in the log) before the next turn;
-        // a turn sent in the moment between the stop and that is not retried in this version.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !daemon
-            .log_text()
-            .contains("the host inside computer://box ended")
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{}",
-                daemon.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // The turn may reach the session before it noticed its inner host ended with the
+        // machine: either way the turn runs in a new one.
         let seen = turn(&client, &uri, "t1", "wake up").await;
         assert_eq!(deltas(&seen), "wake up", "{seen:#?}\n{}", daemon.log_text());
         assert_eq!(

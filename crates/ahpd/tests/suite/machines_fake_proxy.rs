@@ -223,6 +223,57 @@ fn case_26_a_stop_during_an_inner_turn_is_one_cancellation() {
 }
 
 #[test]
+fn case_26_a_steering_message_runs_as_the_next_turn() {
+    rt().block_on(async {
+        let rig = Rig::new();
+        rig.configure(json!({}));
+        rig.record("slow", "echo", json!({ "delayMs": 300 }));
+        let (daemon, client) = with_box(&rig, "c26b.log").await;
+        let (uri, r) = create_session(
+            &client,
+            "slow",
+            json!({ "computer": "computer://box" }),
+            None,
+        )
+        .await;
+        assert!(r.is_ok(), "{:?}\n{}", rpc(&r), daemon.log_text());
+        let mut t = begin_turn(&client, &uri, "t1", "first words").await;
+        t.until(Some("chat/responsePart")).await;
+        client
+            .notify(
+                "dispatchAction",
+                json!({ "channel": t.chat, "clientSeq": 2, "action": {
+                    "type": "chat/pendingMessageSet", "kind": "steering", "id": "s1",
+                    "message": { "text": "steered", "origin": { "kind": "user" } } } }),
+            )
+            .await
+            .unwrap();
+        // Kept out of the running turn: it ends with its own words only.
+        let first = t.until(None).await;
+        assert_eq!(
+            first.last().unwrap()["type"],
+            "chat/turnComplete",
+            "{first:#?}\n{}",
+            daemon.log_text()
+        );
+        assert_eq!(deltas(&first), "first words", "{first:#?}");
+        // Then it runs as a turn of its own.
+        let next = t.until(None).await;
+        let started = next
+            .iter()
+            .find(|a| a["type"] == "chat/turnStarted")
+            .unwrap_or_else(|| panic!("{next:#?}"));
+        assert_eq!(started["queuedMessageId"], "s1", "{next:#?}");
+        assert_eq!(
+            next.last().unwrap()["type"],
+            "chat/turnComplete",
+            "{next:#?}"
+        );
+        assert_eq!(deltas(&next), "steered", "{next:#?}");
+    });
+}
+
+#[test]
 fn case_27_configuration_changes_and_what_is_not_carried() {
     rt().block_on(async {
         let rig = Rig::new();
@@ -339,16 +390,10 @@ fn case_29_a_killed_machine_fails_the_turn_and_the_next_resumes() {
         let uri = echo_in_box(&client, &daemon).await;
         let first = turn(&client, &uri, "t1", "remember me").await;
         assert_eq!(deltas(&first), "remember me");
-        let mut t = begin_turn(&client, &uri, "t2", "/hang").await;
-        t.until(Some("chat/turnStarted")).await;
-        rig.engine
-            .wait_for(|e| {
-                e.execs()
-                    .iter()
-                    .any(|x| x.running && x.pid.is_some())
-                    .then_some(())
-            })
-            .await;
+        // `/stall` shows its part before it waits, so the kill comes once the host inside has
+        // the turn (a host that ended before it took a turn gets that turn again instead).
+        let mut t = begin_turn(&client, &uri, "t2", "/stall").await;
+        t.until(Some("chat/responsePart")).await;
         assert!(rig.engine.kill("box", false));
         let seen = t.until(None).await;
         let last = seen.last().unwrap().to_string();
@@ -578,5 +623,87 @@ fn case_25_an_inner_approval_is_one_outer_question() {
             .count();
         assert_eq!(asked, 0, "{seen:#?}");
         assert_eq!(std::fs::read_to_string(work.join("b.txt")).unwrap(), "v\n");
+    });
+}
+
+fn ask_call(id: &str) -> Reply {
+    Reply::stream([
+        chunk::tool_call(
+            0,
+            Some(id),
+            Some("ask_user"),
+            &json!({ "questions": [{ "id": "colour", "question": "Which colour?" }] }).to_string(),
+        ),
+        chunk::finish("tool_calls"),
+    ])
+}
+
+/// Waits for the outer question of a turn and answers it; `None` declines.
+async fn answer_question(client: &ahp::client::Client, t: &mut Turn, answer: Option<&str>) {
+    let seen = t.until(Some("chat/inputRequested")).await;
+    let asked = seen.last().unwrap();
+    let request = asked["request"]["id"].as_str().unwrap().to_owned();
+    let action = match answer {
+        Some(a) => json!({
+            "type": "chat/inputCompleted", "requestId": request, "response": "accept",
+            "answers": { "colour": { "state": "submitted", "value": { "kind": "text", "value": a } } }
+        }),
+        None => {
+            json!({ "type": "chat/inputCompleted", "requestId": request, "response": "decline" })
+        }
+    };
+    client
+        .notify(
+            "dispatchAction",
+            json!({ "channel": t.chat, "clientSeq": 2, "action": action }),
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn case_25_an_inner_question_is_one_outer_question() {
+    rt().block_on(async {
+        let endpoint = Endpoint::builder()
+            .reply(ask_call("q1"))
+            .reply(Reply::stream([chunk::text("one"), chunk::finish("stop")]))
+            .reply(ask_call("q2"))
+            .reply(Reply::stream([chunk::text("two"), chunk::finish("stop")]))
+            .models(["m1"])
+            .start()
+            .unwrap();
+        let rig = Rig::new();
+        rig.write_copapo("{}\n");
+        rig.configure_plugins(
+            rig.options(json!({
+                "needs": { "cofoldBaseUrl": endpoint.base_url(), "cofoldApiKey": "sk-25", "cofoldModel": "m1" },
+                "profiles": { "ws": { "disposable": true, "sessionFolder": true } }
+            })),
+            true,
+        );
+        let work = rig.env.root.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let (daemon, client) = rig.start("c25b.log").await;
+        let (uri, r) = create_session(
+            &client,
+            "cofold",
+            json!({ "computer": "disposable:ws", "permissionMode": "default" }),
+            Some(&work),
+        )
+        .await;
+        assert!(r.is_ok(), "{:?}\n{}", rpc(&r), daemon.log_text());
+        let mut t = begin_turn(&client, &uri, "t1", "ask me").await;
+        answer_question(&client, &mut t, Some("teal")).await;
+        let rest = t.until(None).await;
+        assert_eq!(rest.last().unwrap()["type"], "chat/turnComplete", "{rest:#?}\n{}", daemon.log_text());
+        let bodies = endpoint.chat_bodies();
+        assert!(bodies[1].to_string().contains("teal"), "{}", bodies[1]);
+
+        let mut t = begin_turn(&client, &uri, "t2", "ask again").await;
+        answer_question(&client, &mut t, None).await;
+        let rest = t.until(None).await;
+        assert_eq!(rest.last().unwrap()["type"], "chat/turnComplete", "{rest:#?}\n{}", daemon.log_text());
+        let bodies = endpoint.chat_bodies();
+        assert!(bodies[3].to_string().contains("declined"), "{}", bodies[3]);
     });
 }
