@@ -45,7 +45,8 @@ async fn ask(i: &Inside<'_>) -> Result<(), String> {
                 folder: None,
             },
         )
-        .await?;
+        .await
+        .map_err(|e| e.to_string())?;
     let tail = StderrTail::default();
     let _follower = tail.follow(process.stderr);
     let ended = process.ended;
