@@ -402,7 +402,14 @@ impl Machines {
                 .start_container(&spec.id, None)
                 .await
                 .map_err(|e| self.start_error(&spec.image, &e))?;
-            crate::started::check(docker, &spec.id, &spec.image, &entry).await
+            crate::started::check(
+                docker,
+                &spec.id,
+                &spec.image,
+                &entry,
+                crate::started::limit(&self.opts),
+            )
+            .await
         };
         if let Err(e) = started.await {
             let _ = self.remove(&spec.id).await;
@@ -537,7 +544,14 @@ impl Machines {
                 .and_then(|l| l.get(label::INIT))
                 .unwrap_or(&self.build.file)
         );
-        crate::started::check(docker, id, &image, &entry).await?;
+        crate::started::check(
+            docker,
+            id,
+            &image,
+            &entry,
+            crate::started::limit(&self.opts),
+        )
+        .await?;
         self.inspect(id).await
     }
 

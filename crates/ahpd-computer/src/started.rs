@@ -14,7 +14,7 @@ use crate::engine::words;
 /// The sentence of a machine that could not start, from the engine's words: an image that
 /// cannot run the build gets the glibc one.
 pub fn start_sentence(image: &str, said: &str) -> ComputerError {
-    if said.contains("no such file or directory") || said.contains("exec format error") {
+    if loader_missing(said) {
         return ComputerError::Failed(format!(
             "the image {image} cannot run ahpd: {said}; use an image built on glibc {} or newer for {}, such as Debian or Ubuntu (not Alpine or busybox)",
             crate::binary::GLIBC,
@@ -24,20 +24,57 @@ pub fn start_sentence(image: &str, said: &str) -> ComputerError {
     ComputerError::Failed(format!("cannot start a machine of {image}: {said}"))
 }
 
-/// Runs `<entry> --version` in the machine; a failure is the machine's start failing.
+/// How long a machine's check of the build may take: the options' `startTimeoutMs`.
+pub(crate) fn limit(opts: &crate::options::Options) -> std::time::Duration {
+    std::time::Duration::from_millis(opts.start_timeout_ms)
+}
+
+/// Whether the engine's words say the program could not be loaded at all.
+fn loader_missing(said: &str) -> bool {
+    said.contains("no such file or directory") || said.contains("exec format error")
+}
+
+/// Runs `<entry> --version` in the machine; a failure that shows the machine cannot run the
+/// build (its loader missing, or its main process gone) is the machine's start failing.
 pub async fn check(
     docker: &Docker,
     id: &str,
     image: &str,
     entry: &str,
+    limit: std::time::Duration,
 ) -> Result<(), ComputerError> {
-    let said = match probe(docker, id, entry).await {
-        Ok(()) => return Ok(()),
-        Err(said) => said,
+    let said = match tokio::time::timeout(limit, probe(docker, id, entry)).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(said)) => said,
+        // A build that does not end its `--version` was loaded: the machine runs it, and the
+        // inner host's start says what is wrong with it.
+        Err(_) => {
+            tracing::info!(machine = id, "the build's --version did not end in time");
+            return Ok(());
+        }
     };
     // The main process's own words say more than the exec's once it has died.
     let logs = logs(docker, id).await;
     let said = if logs.is_empty() { said } else { logs };
+    let running = docker
+        .inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|s| s.running)
+        .unwrap_or(false);
+    // A machine whose main process lives and whose loader is there did start: the build
+    // itself failed, and the inner host's start tells that with its own sentence.
+    if running && !loader_missing(&said) {
+        tracing::info!(
+            machine = id,
+            "the build's --version failed in a running machine: {said}"
+        );
+        return Ok(());
+    }
     Err(start_sentence(image, &said))
 }
 

@@ -168,10 +168,16 @@ fn command(shared: &Shared, id: &str) -> Result<tokio::process::Command, String>
         };
         cmd.env(k, v);
     }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    // As the engine does, an exec that does not attach its input reads an empty one.
+    let attach_stdin = e.config["AttachStdin"].as_bool().unwrap_or(false);
+    cmd.stdin(if attach_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
     Ok(cmd)
 }
 
@@ -368,8 +374,16 @@ pub(crate) fn archive_put(shared: &Shared, id: &str, path: &str, raw: &[u8]) -> 
         return error(404, format!("No such container: {id}"));
     };
     let name = c.name.clone();
-    let host = host_path(&c.mounts, &c.scratch, path);
-    if !host.is_dir() {
+    let (mounts, scratch) = (c.mounts.clone(), c.scratch.clone());
+    let folder = path.trim_end_matches('/');
+    // A folder that holds a mount point exists in a real container even when nothing else is
+    // in it, so an archive may be unpacked there and reach the mount through its entries' paths.
+    let holds_mount = c.mounts.iter().any(|m| {
+        m.target
+            .strip_prefix(folder)
+            .is_some_and(|r| r.starts_with('/'))
+    });
+    if !host_path(&mounts, &scratch, path).is_dir() && !holds_mount {
         return error(
             404,
             format!("Could not find the file {path} in container {id}"),
@@ -390,7 +404,8 @@ pub(crate) fn archive_put(shared: &Shared, id: &str, path: &str, raw: &[u8]) -> 
             entry.header().uid().unwrap_or(0),
             entry.header().gid().unwrap_or(0),
         );
-        let dest = host.join(&p);
+        let inside = format!("{folder}/{p}");
+        let dest = host_path(&mounts, &scratch, &inside);
         if let Some(parent) = dest.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
@@ -407,7 +422,7 @@ pub(crate) fn archive_put(shared: &Shared, id: &str, path: &str, raw: &[u8]) -> 
             &mut st,
             Upload {
                 container: name.clone(),
-                path: format!("{}/{p}", path.trim_end_matches('/')),
+                path: inside,
                 uid,
                 gid,
             },
