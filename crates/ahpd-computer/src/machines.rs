@@ -22,6 +22,7 @@ use crate::binary::{BIN_DIR, Build};
 use crate::engine::{Engine, is_conflict, is_not_found, words};
 use crate::needs::{self, Bind};
 use crate::options::{DEFAULT_IMAGE, Options, Profile, Pull, StateMode, image_allowed};
+use crate::started;
 
 /// Label keys.
 pub mod label {
@@ -402,14 +403,7 @@ impl Machines {
                 .start_container(&spec.id, None)
                 .await
                 .map_err(|e| self.start_error(&spec.image, &e))?;
-            crate::started::check(
-                docker,
-                &spec.id,
-                &spec.image,
-                &entry,
-                crate::started::limit(&self.opts),
-            )
-            .await
+            started::check(docker, &spec.id, &spec.image, &entry, &self.opts).await
         };
         if let Err(e) = started.await {
             let _ = self.remove(&spec.id).await;
@@ -544,14 +538,7 @@ impl Machines {
                 .and_then(|l| l.get(label::INIT))
                 .unwrap_or(&self.build.file)
         );
-        crate::started::check(
-            docker,
-            id,
-            &image,
-            &entry,
-            crate::started::limit(&self.opts),
-        )
-        .await?;
+        started::check(docker, id, &image, &entry, &self.opts).await?;
         self.inspect(id).await
     }
 

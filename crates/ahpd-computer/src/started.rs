@@ -24,11 +24,6 @@ pub fn start_sentence(image: &str, said: &str) -> ComputerError {
     ComputerError::Failed(format!("cannot start a machine of {image}: {said}"))
 }
 
-/// How long a machine's check of the build may take: the options' `startTimeoutMs`.
-pub(crate) fn limit(opts: &crate::options::Options) -> std::time::Duration {
-    std::time::Duration::from_millis(opts.start_timeout_ms)
-}
-
 /// Whether the engine's words say the program could not be loaded at all.
 fn loader_missing(said: &str) -> bool {
     said.contains("no such file or directory") || said.contains("exec format error")
@@ -41,8 +36,10 @@ pub async fn check(
     id: &str,
     image: &str,
     entry: &str,
-    limit: std::time::Duration,
+    opts: &crate::options::Options,
 ) -> Result<(), ComputerError> {
+    // Bounded like an inner host's start (`startTimeoutMs`).
+    let limit = std::time::Duration::from_millis(opts.start_timeout_ms);
     let said = match tokio::time::timeout(limit, probe(docker, id, entry)).await {
         Ok(Ok(())) => return Ok(()),
         Ok(Err(said)) => said,
