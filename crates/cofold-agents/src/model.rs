@@ -254,7 +254,9 @@ pub struct ModelReply {
     pub usage: Usage,
     /// Why it ended.
     pub finish: FinishReason,
-    /// The provider's own answer, for debugging; never stored nor sent back.
+    /// The provider's own answer, for debugging and the `afterModel` hook (a streamed reply's is
+    /// the list of its chunks' data, as text); never stored nor sent back, and dropped by the run
+    /// once the hook has seen it.
     #[serde(skip)]
     pub raw: Option<Value>,
 }

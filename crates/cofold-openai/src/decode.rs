@@ -36,7 +36,9 @@ pub struct StreamDecoder {
     reasoning_field: Option<ReasoningField>,
     usage: Option<Value>,
     finish: Option<String>,
-    chunks: Vec<Value>,
+    /// Every chunk's data as it came, for the reply's `raw`. Kept as text: a parsed chunk weighs
+    /// twenty times its text, and a long answer streams thousands of them.
+    chunks: Vec<Box<str>>,
     done: bool,
 }
 
@@ -201,7 +203,7 @@ impl StreamDecoder {
                 self.delta(delta, out);
             }
         }
-        self.chunks.push(chunk);
+        self.chunks.push(data.into());
         Ok(())
     }
 
@@ -321,7 +323,12 @@ impl StreamDecoder {
             message: assistant(Some(self.reasoning), self.text, calls),
             usage,
             finish,
-            raw: Some(Value::Array(self.chunks)),
+            raw: Some(Value::Array(
+                self.chunks
+                    .into_iter()
+                    .map(|c| Value::String(c.into()))
+                    .collect(),
+            )),
         }
     }
 }

@@ -402,10 +402,13 @@ async fn list_changed_and_a_crash_reach_the_session() {
     let agent = agent_with(&place, &ep, &hub);
     let (mut w, _th) = session(&place, agent, "default").await;
     until_shown(&mut w, "own", is_ready).await;
-    let own = hub.report();
-    assert_eq!(own[0].tools, 4);
-    server.add_tool().await;
+    // The session may show the server ready a moment before the hub's report counts its
+    // tools; wait for the count rather than read it once.
     let mut changes = hub.changes();
+    while hub.report()[0].tools != 4 {
+        changes.changed().await.expect("hub alive");
+    }
+    server.add_tool().await;
     while hub.report()[0].tools != 5 {
         changes.changed().await.expect("hub alive");
     }

@@ -252,6 +252,8 @@ impl Runner {
             }
             Ok(AfterModel::Continue(reply)) => reply,
         };
+        // The provider's own answer was for the hook; the run keeps no copy of it.
+        let reply = crate::model::ModelReply { raw: None, ..reply };
 
         self.close_step(&invocation_id, StepStatus::Completed, Some(&reply), None)
             .await?;
