@@ -6,12 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ahpd_sdk::Agent;
 use ahpd_sdk::ahp_types::commands::SessionConfigValueItem;
 use ahpd_sdk::ahp_types::state::SessionConfigPropertySchema;
 use ahpd_sdk::machine::{
     ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, MachineNeed,
-    PrepareRequest,
+    NestedAgent, PrepareRequest,
 };
 use async_trait::async_trait;
 use bollard::container::LogOutput;
@@ -40,7 +39,7 @@ pub struct Computers {
     tickets: AtomicU64,
     closing: AtomicBool,
     /// The host's agents that run nested, for machines made by a client's write.
-    nested: Mutex<Vec<Arc<dyn Agent>>>,
+    nested: Mutex<Vec<NestedAgent>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -62,7 +61,7 @@ impl Computers {
     }
 
     /// What a machine made by a write is prepared for: the providers named (by the body or
-    /// the profile), else every agent that runs nested; with those agents' needs, read now.
+    /// the profile), else every agent that runs nested; with those agents' needs.
     pub(crate) fn prepared_for(
         &self,
         named: Option<Vec<String>>,
@@ -71,15 +70,12 @@ impl Computers {
         let providers = named.unwrap_or_else(|| {
             nested
                 .iter()
-                .map(|a| a.descriptor().provider)
+                .map(|a| a.provider.clone())
                 .collect::<Vec<_>>()
         });
         let mut needs = BTreeMap::new();
-        for a in nested
-            .iter()
-            .filter(|a| providers.contains(&a.descriptor().provider))
-        {
-            needs.extend(a.machine());
+        for a in nested.iter().filter(|a| providers.contains(&a.provider)) {
+            needs.extend(a.needs.clone());
         }
         (providers, needs)
     }
@@ -518,7 +514,7 @@ impl ComputerPort for Computers {
         self.close().await;
     }
 
-    fn nested_agents(&self, agents: Vec<Arc<dyn Agent>>) {
+    fn nested_agents(&self, agents: Vec<NestedAgent>) {
         *lock(&self.nested) = agents;
     }
 

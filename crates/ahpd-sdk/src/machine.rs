@@ -358,7 +358,17 @@ pub trait ComputerPort: Send + Sync + 'static {
     async fn shutdown(&self) {}
 
     /// The host's agents that run nested, each time they change, so a machine made without a
-    /// session (a client's write) is prepared for them and gets their needs, asked when it is
-    /// made. Nothing by default.
-    fn nested_agents(&self, _agents: Vec<std::sync::Arc<dyn crate::agent::Agent>>) {}
+    /// session (a client's write) is prepared for them and gets their needs. Nothing by
+    /// default.
+    fn nested_agents(&self, _agents: Vec<NestedAgent>) {}
+}
+
+/// An agent that runs nested, as a computer sees it: the provider it serves and what it needs
+/// of a machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NestedAgent {
+    /// The agent's provider (its descriptor's).
+    pub provider: String,
+    /// Its machine needs, by name.
+    pub needs: BTreeMap<String, MachineNeed>,
 }

@@ -155,7 +155,10 @@ impl AgentsChannel {
                 keyed
                     .iter()
                     .filter(|k| k.3.runs_nested())
-                    .map(|k| k.3.clone())
+                    .map(|k| ahpd_sdk::machine::NestedAgent {
+                        provider: k.3.descriptor().provider,
+                        needs: k.3.machine(),
+                    })
                     .collect(),
             );
         }

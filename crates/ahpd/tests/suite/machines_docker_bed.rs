@@ -18,7 +18,8 @@ use super::machines_docker::{Guard, configure, engine, glibc_image};
 use super::support::{Daemon, Env, client};
 
 /// One test's daemon, engine and model endpoint. Fields drop in order: the daemon stops, the
-/// guard sweeps (reading the host id from the folder), then the folder goes.
+/// guard sweeps (reading the host id from the folder), the folder goes, and only then may the
+/// next test use the engine.
 pub struct Bed {
     pub client: Client,
     pub daemon: Daemon,
@@ -26,7 +27,13 @@ pub struct Bed {
     pub env: Env,
     pub endpoint: Endpoint,
     pub docker: Docker,
+    _serial: tokio::sync::OwnedMutexGuard<()>,
 }
+
+/// The engine's container names are global, and the cases name their machines alike (`box`),
+/// so the tests that use a bed take the engine one at a time.
+static ENGINE: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// A scripted endpoint that answers `shell_exec` of `command` once, then `done` forever.
 pub fn shell_endpoint(command: &str) -> Endpoint {
@@ -51,6 +58,7 @@ impl Bed {
     /// suite's; `None` when no engine answers (the skip line is printed).
     pub async fn start(endpoint: Endpoint, image: Option<&str>, options: Value) -> Option<Bed> {
         let docker = engine().await?;
+        let serial = ENGINE.clone().lock_owned().await;
         let image = match image {
             Some(i) => i.to_owned(),
             None => glibc_image(&docker).await,
@@ -70,6 +78,7 @@ impl Bed {
             env,
             endpoint,
             docker,
+            _serial: serial,
         })
     }
 
