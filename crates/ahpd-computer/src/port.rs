@@ -10,7 +10,7 @@ use ahpd_sdk::ahp_types::commands::SessionConfigValueItem;
 use ahpd_sdk::ahp_types::state::SessionConfigPropertySchema;
 use ahpd_sdk::machine::{
     ComputerPort, InnerEnd, InnerProcess, InnerStart, KeptSession, MachineError, MachineNeed,
-    NestedAgent, PrepareRequest,
+    NestedNeeds, PrepareRequest,
 };
 use async_trait::async_trait;
 use bollard::container::LogOutput;
@@ -39,7 +39,7 @@ pub struct Computers {
     tickets: AtomicU64,
     closing: AtomicBool,
     /// The host's agents that run nested, for machines made by a client's write.
-    nested: Mutex<Vec<NestedAgent>>,
+    nested: Mutex<Vec<NestedNeeds>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -514,7 +514,7 @@ impl ComputerPort for Computers {
         self.close().await;
     }
 
-    fn nested_agents(&self, agents: Vec<NestedAgent>) {
+    fn nested_agents(&self, agents: Vec<NestedNeeds>) {
         *lock(&self.nested) = agents;
     }
 

@@ -360,13 +360,13 @@ pub trait ComputerPort: Send + Sync + 'static {
     /// The host's agents that run nested, each time they change, so a machine made without a
     /// session (a client's write) is prepared for them and gets their needs. Nothing by
     /// default.
-    fn nested_agents(&self, _agents: Vec<NestedAgent>) {}
+    fn nested_agents(&self, _agents: Vec<NestedNeeds>) {}
 }
 
-/// An agent that runs nested, as a computer sees it: the provider it serves and what it needs
-/// of a machine.
+/// What an agent that runs nested asks of a machine, as a computer port is told it: the provider
+/// it serves and its needs. (The proxy agent itself is [`crate::nested::NestedAgent`].)
 #[derive(Debug, Clone, PartialEq)]
-pub struct NestedAgent {
+pub struct NestedNeeds {
     /// The agent's provider (its descriptor's).
     pub provider: String,
     /// Its machine needs, by name.

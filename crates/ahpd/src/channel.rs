@@ -155,7 +155,7 @@ impl AgentsChannel {
                 keyed
                     .iter()
                     .filter(|k| k.3.runs_nested())
-                    .map(|k| ahpd_sdk::machine::NestedAgent {
+                    .map(|k| ahpd_sdk::machine::NestedNeeds {
                         provider: k.3.descriptor().provider,
                         needs: k.3.machine(),
                     })
