@@ -4,7 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cofold_agents::error::AgentError;
 use serde::Serialize;
@@ -256,41 +256,92 @@ pub(crate) fn to_line<T: Serialize>(value: &T) -> Result<Vec<u8>, AgentError> {
 /// JSON value only lost its newline and gets one; anything else (half a line, NUL bytes, garbage)
 /// is cut off, so the file ends on a clean line again before the new lines go on.
 pub(crate) fn append_lines(path: &Path, lines: &[u8], sync: bool) -> Result<(), AgentError> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|err| io_error("open", path, &err))?;
-    let length = file
-        .metadata()
-        .map_err(|err| io_error("inspect", path, &err))?
-        .len();
-    let mut needs_newline = false;
-    if length > 0 {
-        let mut last = [0u8; 1];
-        file.seek(SeekFrom::End(-1))
-            .map_err(|err| io_error("seek in", path, &err))?;
-        file.read_exact(&mut last)
-            .map_err(|err| io_error("read", path, &err))?;
-        if last[0] != b'\n' {
-            needs_newline = mend_tail(&mut file, path, length)?;
+    Appender::open(path)?.write(lines, sync)
+}
+
+/// A line file held open for appending, its end already mended (see [`append_lines`]).
+///
+/// Kept between appends by a writer that appends many small lines in a row (a run's streamed
+/// events), so each costs one `write` instead of an open, a look at the last byte and a close.
+/// Only this writer may append to the file while it is held.
+#[derive(Debug)]
+pub(crate) struct Appender {
+    file: File,
+    path: PathBuf,
+    /// The mended end lacks its newline, which goes before the next lines.
+    owes_newline: bool,
+}
+
+impl Appender {
+    /// Opens (or creates) `path` and mends its end.
+    pub(crate) fn open(path: &Path) -> Result<Self, AgentError> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(|err| io_error("open", path, &err))?;
+        let length = file
+            .metadata()
+            .map_err(|err| io_error("inspect", path, &err))?
+            .len();
+        let mut owes_newline = false;
+        if length > 0 {
+            let mut last = [0u8; 1];
+            file.seek(SeekFrom::End(-1))
+                .map_err(|err| io_error("seek in", path, &err))?;
+            file.read_exact(&mut last)
+                .map_err(|err| io_error("read", path, &err))?;
+            if last[0] != b'\n' {
+                owes_newline = mend_tail(&mut file, path, length)?;
+            }
+        }
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            owes_newline,
+        })
+    }
+
+    /// Appends whole lines in one write; with `sync`, `fdatasync` after it. After an error the
+    /// file may end in part of a line: drop this appender, so the next one mends it.
+    pub(crate) fn write(&mut self, lines: &[u8], sync: bool) -> Result<(), AgentError> {
+        let written = if self.owes_newline {
+            let mut buffer = Vec::with_capacity(lines.len() + 1);
+            buffer.push(b'\n');
+            buffer.extend_from_slice(lines);
+            self.file.write_all(&buffer)
+        } else {
+            self.file.write_all(lines)
+        };
+        written.map_err(|err| io_error("append to", &self.path, &err))?;
+        self.owes_newline = false;
+        if sync {
+            self.file
+                .sync_data()
+                .map_err(|err| io_error("sync", &self.path, &err))?;
+        }
+        Ok(())
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file still has a name: false once it (or its folder) was deleted, when
+    /// appending to the open file would store lines nobody can read.
+    pub(crate) fn still_named(&self) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            self.file.metadata().is_ok_and(|meta| meta.nlink() > 0)
+        }
+        #[cfg(not(unix))]
+        {
+            self.path.is_file()
         }
     }
-    let written = if needs_newline {
-        let mut buffer = Vec::with_capacity(lines.len() + 1);
-        buffer.push(b'\n');
-        buffer.extend_from_slice(lines);
-        file.write_all(&buffer)
-    } else {
-        file.write_all(lines)
-    };
-    written.map_err(|err| io_error("append to", path, &err))?;
-    if sync {
-        file.sync_data()
-            .map_err(|err| io_error("sync", path, &err))?;
-    }
-    Ok(())
 }
 
 /// Deals with the bytes after the last newline of a file of `length` bytes: true when they are a

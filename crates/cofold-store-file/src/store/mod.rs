@@ -68,6 +68,15 @@ pub(crate) struct Tail {
     pub(crate) last_seq: Option<u64>,
     /// The writer lock as it was when it last let an append through.
     pub(crate) fence: Option<crate::lock::Stamp>,
+    /// The log held open while a model's reply streams (see `Inner::append_event`).
+    pub(crate) log: Option<OpenLog>,
+}
+
+/// A run's event log held open between appends, with the session folder its lock is in.
+#[derive(Debug)]
+pub(crate) struct OpenLog {
+    pub(crate) session: PathBuf,
+    pub(crate) appender: crate::jsonl::Appender,
 }
 
 #[derive(Debug)]
@@ -394,7 +403,13 @@ impl Store for FileStore {
         // Joining the run's queue is the first thing that waits, so appends keep the order in
         // which they were called.
         let queue = self.inner.queue(&run);
-        let tail = queue.lock_owned().await;
+        let mut tail = queue.lock_owned().await;
+        // The fragments of a streaming reply go through the log held open since the previous
+        // one: a `write` that lands in the page cache (no sync) and two `stat`s, made here
+        // rather than handed to a blocking thread and back, which cost more than the work.
+        if let Some(appended) = self.inner.append_held(event, &mut tail) {
+            return appended;
+        }
         let event = event.clone();
         let last = matches!(
             &event.body,

@@ -15,10 +15,10 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::error::Category;
 
-use super::{EVENTS_FILE, Inner, RUN_FILE, Tail, lock_map};
+use super::{EVENTS_FILE, Inner, OpenLog, RUN_FILE, Tail, lock_map};
 use crate::durable::{Sync, write_json};
 use crate::jsonl::{
-    Damage, append_lines, create_dirs, io_error, read_json, report_damage, scan, scan_back,
+    Appender, Damage, create_dirs, io_error, read_json, report_damage, scan, scan_back,
     sorted_entries, to_line,
 };
 use crate::lock;
@@ -84,23 +84,68 @@ impl Inner {
     }
 
     /// Appends one event; `tail` is what the run's queue remembers (the last seq, filled from
-    /// the file on first use, and the writer lock last seen), held under the queue.
+    /// the file on first use, the writer lock last seen, and the log while it is held open),
+    /// held under the queue.
+    ///
+    /// A streamed reply is thousands of small events in a row. Looking the run up and opening
+    /// the file for each cost about ten system calls and dominated the daemon's time per
+    /// fragment, so the log stays open from one event to the next while they are not boundaries
+    /// (the synced events that end a step or wait for someone), and is let go at the first
+    /// boundary: a paused run holds no file. The writer lock is still checked before each
+    /// append, and a log whose file was deleted meanwhile is looked up again, which fails as
+    /// it did.
     pub(crate) fn append_event(&self, event: &Event, tail: &mut Tail) -> Result<(), AgentError> {
-        let run = RunRef::new(event.session_id.clone(), event.run_id.clone());
-        let (session, folder) = self.existing_run(&run)?;
-        lock::fence_seen(&session, &run.session_id, &run.run_id, &mut tail.fence)?;
-        let path = folder.join(EVENTS_FILE);
+        let mut log = match tail.log.take() {
+            Some(log) if log.appender.still_named() => log,
+            _ => self.open_log(event)?,
+        };
+        lock::fence_seen(
+            &log.session,
+            &event.session_id,
+            &event.run_id,
+            &mut tail.fence,
+        )?;
         let last = match tail.last_seq {
             Some(last) => last,
-            None => last_intact_seq(&path)?,
+            None => last_intact_seq(log.appender.path())?,
         };
         tail.last_seq = Some(last);
         if event.seq != last + 1 {
             return Err(seq_gap(&event.run_id, last + 1, event.seq));
         }
-        append_lines(&path, &to_line(event)?, is_boundary(&event.body))?;
+        let boundary = is_boundary(&event.body);
+        log.appender.write(&to_line(event)?, boundary)?;
         tail.last_seq = Some(event.seq);
+        if !boundary {
+            tail.log = Some(log);
+        }
         Ok(())
+    }
+
+    /// [`Inner::append_event`] through the log held open since the previous event, when there
+    /// is one and `event` is not a boundary: no look-up, no open, no sync, so nothing that waits
+    /// on the disk. `None` when the full path must be taken.
+    pub(crate) fn append_held(
+        &self,
+        event: &Event,
+        tail: &mut Tail,
+    ) -> Option<Result<(), AgentError>> {
+        let held = tail
+            .log
+            .as_ref()
+            .is_some_and(|log| log.appender.still_named());
+        if !held || is_boundary(&event.body) {
+            return None;
+        }
+        Some(self.append_event(event, tail))
+    }
+
+    /// Looks the run up and opens its event log for appending.
+    fn open_log(&self, event: &Event) -> Result<OpenLog, AgentError> {
+        let run = RunRef::new(event.session_id.clone(), event.run_id.clone());
+        let (session, folder) = self.existing_run(&run)?;
+        let appender = Appender::open(&folder.join(EVENTS_FILE))?;
+        Ok(OpenLog { session, appender })
     }
 
     pub(crate) fn list_events(

@@ -136,6 +136,48 @@ async fn appends_started_together_land_in_call_order_and_a_failure_does_not_bloc
         .expect("the next append runs");
 }
 
+/// A streamed reply's events keep the run's log open between appends; a session deleted
+/// meanwhile must not go on receiving them through the open file.
+#[tokio::test]
+async fn a_log_held_open_between_appends_follows_its_session_being_deleted() {
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    let r1 = RunRef::new("s1", "r1");
+    for seq in 1..=3 {
+        disk.store
+            .append_event(&event(&r1, seq))
+            .await
+            .expect("append");
+    }
+    disk.store.delete_session("s1").await.expect("delete");
+    let err = disk
+        .store
+        .append_event(&event(&r1, 4))
+        .await
+        .expect_err("the session is gone");
+    assert_eq!(err.code, ErrorCode::NotFound, "{err:?}");
+}
+
+/// The lines written through a held-open log reach the file at once (nothing waits in a
+/// buffer), so another instance reads them all while the first still holds it.
+#[tokio::test]
+async fn a_log_held_open_leaves_whole_lines_for_the_next_instance() {
+    let disk = Disk::new();
+    session(&disk.store, "s1", None).await;
+    run(&disk.store, "s1", "r1", RunStatus::Running).await;
+    let r1 = RunRef::new("s1", "r1");
+    for seq in 1..=50 {
+        disk.store
+            .append_event(&event(&r1, seq))
+            .await
+            .expect("append");
+    }
+    let fresh = disk.reopen();
+    let seen = seqs(&fresh.list_events(&r1, None).await.expect("events"));
+    assert_eq!(seen, (1..=50).collect::<Vec<u64>>());
+}
+
 fn model_step(invocation_id: &str, index: u32) -> StepRecord {
     StepRecord::Model(ModelStep {
         session_id: "s1".into(),
