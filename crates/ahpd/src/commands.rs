@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Read};
 
 use serde_json::{Map, Value, json};
 
-use crate::cli::{PluginCommand, VaultCommand};
+use crate::args::{PluginCommand, VaultCommand};
 use crate::config::{self, ConfigError};
 use crate::fsutil;
 use crate::locations::Locations;
@@ -49,7 +49,7 @@ const RESTART_HINT: &str = "a running daemon applies this at its next start (ahp
 /// `ahpd config`.
 pub fn show_config(loc: &Locations, as_json: bool) -> Result<(), CommandError> {
     let settings = config::load(loc)?;
-    let values = settings.describe();
+    let values = settings.describe(plugins::mask_secrets_of);
     let files: Vec<String> = settings
         .files
         .iter()
@@ -94,7 +94,7 @@ pub fn token(loc: &Locations, url_only: bool) -> Result<(), CommandError> {
         }
         None => {
             let mut settings = config::load(loc)?;
-            settings.apply_flags(&crate::cli::RunArgs::default())?;
+            settings.apply_flags(&crate::args::RunArgs::default())?;
             let address = format!(
                 "ws://{}:{}",
                 crate::serve::url_host(&settings.host.value),
@@ -522,11 +522,4 @@ pub fn vault_cmd(loc: &Locations, cmd: &VaultCommand) -> Result<(), CommandError
             Ok(())
         }
     }
-}
-
-/// `ahpd completion <shell>`.
-pub fn completion(shell: clap_complete::Shell) {
-    use clap::CommandFactory;
-    let mut cmd = crate::cli::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "ahpd", &mut std::io::stdout());
 }

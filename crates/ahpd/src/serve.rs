@@ -16,8 +16,8 @@ use ahpd_sdk::{Agent, HostBuilder, HostError};
 use futures::FutureExt;
 use serde_json::Value;
 
+use crate::args::RunArgs;
 use crate::channel::{AgentsChannel, CHANNEL, FixedAgent};
-use crate::cli::RunArgs;
 use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
 use crate::live::LiveSessions;
 use crate::locations::Locations;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::cli::RunArgs;
+use crate::args::RunArgs;
 use crate::locations::{self, Locations, NoHome};
 use crate::token::TOKEN_ENV;
 
@@ -358,7 +358,8 @@ impl Settings {
     }
 
     /// The effective values as JSON rows `{key: {value, source}}`; secrets show as `<set>`.
-    pub fn describe(&self) -> Map<String, Value> {
+    /// `mask` hides a plugin's write-only options (the plugins know which they are).
+    pub fn describe(&self, mask: impl Fn(&str, &Value) -> Value) -> Map<String, Value> {
         let mut out = Map::new();
         let mut row = |key: &str, value: Value, source: &Source| {
             out.insert(
@@ -411,7 +412,7 @@ impl Settings {
                 serde_json::json!({
                     "name": e.name,
                     "enabled": e.enabled,
-                    "options": crate::plugins::mask_secrets_of(&e.name, &Value::Object(e.options.clone())),
+                    "options": mask(&e.name, &Value::Object(e.options.clone())),
                 })
             })
             .collect();
