@@ -21,6 +21,7 @@ mod plugin;
 mod port;
 mod resources;
 mod seed;
+mod spec;
 mod started;
 
 pub use binary::{BIN_DIR, Build};

@@ -15,13 +15,12 @@ use bollard::query_parameters::{
     RemoveVolumeOptions, StopContainerOptions,
 };
 use futures::StreamExt;
-use serde_json::Value;
 
 use crate::ComputerError;
 use crate::binary::{BIN_DIR, Build};
 use crate::engine::{Engine, is_conflict, is_not_found, words};
 use crate::needs::{self, Bind};
-use crate::options::{DEFAULT_IMAGE, Options, Profile, Pull, StateMode, image_allowed};
+use crate::options::{Options, Profile, Pull, StateMode};
 use crate::started;
 
 /// Label keys.
@@ -88,6 +87,33 @@ pub struct Machines {
     pub(crate) making: tokio::sync::Mutex<()>,
     /// Machines deleted through this daemon, so their sessions get the deleted sentence.
     pub(crate) deleted: Mutex<BTreeSet<String>>,
+}
+
+/// The container a spec makes: the machine's init as its entry point, the limits and mounts.
+fn create_body(
+    spec: &Spec,
+    binds: Vec<String>,
+    labels: &HashMap<String, String>,
+    entry: &str,
+) -> Result<ContainerCreateBody, ComputerError> {
+    let host_config = HostConfig {
+        binds: Some(binds),
+        nano_cpus: spec.cpus.as_deref().map(parse_cpus).transpose()?,
+        memory: spec.memory.as_deref().map(parse_memory).transpose()?,
+        network_mode: spec.network.clone(),
+        init: Some(false),
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        entrypoint: Some(vec![entry.to_owned()]),
+        cmd: Some(vec!["machine-init".into()]),
+        labels: Some(labels.clone()),
+        user: spec.user.clone(),
+        working_dir: spec.workdir.clone(),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
 }
 
 /// Whether an id can name a machine.
@@ -173,108 +199,6 @@ impl Machines {
         }
     }
 
-    /// The merged spec of a write's body or a disposable make.
-    pub fn spec(
-        &self,
-        id: &str,
-        body: &serde_json::Map<String, Value>,
-        provider_agents: Vec<String>,
-    ) -> Result<(Spec, Option<Profile>), ComputerError> {
-        let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
-        let profile_name = text("profile");
-        let profile = match &profile_name {
-            Some(p) => Some(
-                self.opts
-                    .profile(p)
-                    .map_err(|e| ComputerError::Invalid(e.to_string()))?
-                    .clone(),
-            ),
-            None => None,
-        };
-        let pick = |k: &str, from_profile: Option<&String>, from_plugin: &Option<String>| {
-            text(k)
-                .or_else(|| from_profile.cloned())
-                .or_else(|| from_plugin.clone())
-        };
-        let p = profile.clone().unwrap_or_default();
-        let image = pick("image", p.image.as_ref(), &self.opts.image)
-            .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
-        if image.starts_with('-') {
-            return Err(ComputerError::Invalid(format!(
-                "image: {image} is not an image name"
-            )));
-        }
-        let fixed_images: Vec<&str> =
-            std::iter::once(self.opts.image.as_deref().unwrap_or(DEFAULT_IMAGE))
-                .chain(
-                    self.opts
-                        .profiles
-                        .values()
-                        .filter_map(|p| p.image.as_deref()),
-                )
-                .collect();
-        if !self.opts.images.is_empty()
-            && !fixed_images.contains(&image.as_str())
-            && !self
-                .opts
-                .images
-                .iter()
-                .any(|pat| image_allowed(pat, &image))
-        {
-            return Err(ComputerError::Invalid(format!(
-                "image: {image} is not among the images this host allows"
-            )));
-        }
-        let mut binds: Vec<Bind> = self
-            .opts
-            .mounts
-            .iter()
-            .filter_map(|m| Bind::parse(m))
-            .collect();
-        binds.extend(p.mounts.iter().filter_map(|m| Bind::parse(m)));
-        let mut folder = p.folder.clone();
-        if self.opts.body_mounts {
-            if let Some(Value::Array(ms)) = body.get("mounts") {
-                for m in ms.iter().filter_map(Value::as_str) {
-                    crate::options::check_mount(m)
-                        .map_err(|e| ComputerError::Invalid(format!("mounts: {e}")))?;
-                    binds.extend(Bind::parse(m));
-                }
-            }
-            folder = text("folder").or(folder);
-        }
-        if let Some(f) = &folder {
-            binds.push(Bind {
-                source: f.clone(),
-                target: f.clone(),
-                read_only: false,
-            });
-        }
-        let agents = match body.get("agents") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
-            _ => p.agents.clone().unwrap_or(provider_agents),
-        };
-        let spec = Spec {
-            id: id.to_owned(),
-            image,
-            profile: profile_name,
-            cpus: pick("cpus", p.cpus.as_ref(), &self.opts.cpus),
-            memory: pick("memory", p.memory.as_ref(), &self.opts.memory),
-            network: p.network.clone().or_else(|| self.opts.network.clone()),
-            user: p.user.clone().or_else(|| self.opts.user.clone()),
-            workdir: pick("workdir", p.workdir.as_ref(), &self.opts.workdir).or(folder.clone()),
-            binds,
-            folder,
-            agents,
-            labels: HashMap::new(),
-        };
-        Ok((spec, profile))
-    }
-
     /// Makes the image present, or says why it cannot be; its `Config.User` when it names one.
     async fn ensure_image(&self, image: &str) -> Result<Option<String>, ComputerError> {
         let docker = self.engine.docker().await?;
@@ -344,30 +268,12 @@ impl Machines {
         let binds = self.binds(&spec, &fixed)?;
         let labels = self.labels(&mut spec, mode);
         let entry = format!("{BIN_DIR}/{}", self.build.file);
-        let host_config = HostConfig {
-            binds: Some(binds),
-            nano_cpus: spec.cpus.as_deref().map(parse_cpus).transpose()?,
-            memory: spec.memory.as_deref().map(parse_memory).transpose()?,
-            network_mode: spec.network.clone(),
-            init: Some(false),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            entrypoint: Some(vec![entry.clone()]),
-            cmd: Some(vec!["machine-init".into()]),
-            labels: Some(labels.clone()),
-            user: spec.user.clone(),
-            working_dir: spec.workdir.clone(),
-            host_config: Some(host_config),
-            ..Default::default()
-        };
-        let mut volume_labels = HashMap::new();
-        for k in [label::COMPUTER, label::HOST, label::PROFILE] {
-            if let Some(v) = labels.get(k) {
-                volume_labels.insert(k.to_owned(), v.clone());
-            }
-        }
+        let body = create_body(&spec, binds, &labels, &entry)?;
+        // A volume carries the labels that say whose it is, not the machine's others.
+        let volume_labels: HashMap<String, String> = [label::COMPUTER, label::HOST, label::PROFILE]
+            .into_iter()
+            .filter_map(|k| labels.get(k).map(|v| (k.to_owned(), v.clone())))
+            .collect();
         make_volumes(docker, &fixed.volumes, &volume_labels).await?;
         docker
             .create_container(

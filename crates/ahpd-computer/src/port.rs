@@ -223,48 +223,7 @@ impl Computers {
 
     async fn start(&self, id: &str, start: InnerStart) -> Result<InnerProcess, ComputerError> {
         let c = self.m.ensure_running(id).await?;
-        let config = c.config.clone().unwrap_or_default();
-        let labels = config.labels.clone().unwrap_or_default();
-        let profile = labels
-            .get(label::PROFILE)
-            .and_then(|p| self.m.opts.profiles.get(p));
-        let mode = match labels.get(label::STATE).map(String::as_str) {
-            Some("host") => StateMode::Host,
-            _ => StateMode::Volume,
-        };
-        let mut env = needs::variables(
-            &start.needs,
-            profile,
-            &self.m.opts,
-            mode,
-            self.m.secrets.as_deref(),
-        )
-        .map_err(ComputerError::Invalid)?;
-        env.push("RUST_LOG=warn".into());
-        let binds: Vec<(String, String)> = c
-            .mounts
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|m| m.name.is_none())
-            .filter_map(|m| Some((m.source?, m.destination?)))
-            .collect();
-        let working = match start
-            .folder
-            .as_deref()
-            .and_then(|f| needs::map_folder(f, &binds))
-        {
-            Some(w) => Some(w),
-            None => {
-                if let Some(f) = &start.folder {
-                    tracing::info!(machine = %id, "{} is not mounted in computer://{id}: the session starts in the machine's working folder", f.display());
-                }
-                config.working_dir.clone().filter(|w| !w.is_empty())
-            }
-        };
-        let build = labels
-            .get(label::INIT)
-            .cloned()
-            .unwrap_or_else(|| self.m.build.file.clone());
+        let (env, working, build) = self.launch(id, c, &start)?;
         let docker = self.m.engine.docker().await?;
         let exec = docker
             .create_exec(
@@ -335,6 +294,59 @@ impl Computers {
             working_directory: working,
             ended: Box::pin(async move { rx.await.unwrap_or_default() }),
         })
+    }
+
+    /// What the inner host of a running machine starts with: its environment (the needs'
+    /// variables), the folder it starts in (the session's, when mounted) and its binary.
+    fn launch(
+        &self,
+        id: &str,
+        c: bollard::models::ContainerInspectResponse,
+        start: &InnerStart,
+    ) -> Result<(Vec<String>, Option<String>, String), ComputerError> {
+        let config = c.config.clone().unwrap_or_default();
+        let labels = config.labels.clone().unwrap_or_default();
+        let profile = labels
+            .get(label::PROFILE)
+            .and_then(|p| self.m.opts.profiles.get(p));
+        let mode = match labels.get(label::STATE).map(String::as_str) {
+            Some("host") => StateMode::Host,
+            _ => StateMode::Volume,
+        };
+        let mut env = needs::variables(
+            &start.needs,
+            profile,
+            &self.m.opts,
+            mode,
+            self.m.secrets.as_deref(),
+        )
+        .map_err(ComputerError::Invalid)?;
+        env.push("RUST_LOG=warn".into());
+        let binds: Vec<(String, String)> = c
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.name.is_none())
+            .filter_map(|m| Some((m.source?, m.destination?)))
+            .collect();
+        let working = match start
+            .folder
+            .as_deref()
+            .and_then(|f| needs::map_folder(f, &binds))
+        {
+            Some(w) => Some(w),
+            None => {
+                if let Some(f) = &start.folder {
+                    tracing::info!(machine = %id, "{} is not mounted in computer://{id}: the session starts in the machine's working folder", f.display());
+                }
+                config.working_dir.clone().filter(|w| !w.is_empty())
+            }
+        };
+        let build = labels
+            .get(label::INIT)
+            .cloned()
+            .unwrap_or_else(|| self.m.build.file.clone());
+        Ok((env, working, build))
     }
 }
 

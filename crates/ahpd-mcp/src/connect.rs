@@ -127,20 +127,7 @@ pub(crate) async fn connect(
                 })?;
             let group = child.id();
             if let Some(err) = err {
-                let tail = stderr.clone();
-                let hidden = hidden.clone();
-                tokio::spawn(async move {
-                    let mut lines = tokio::io::BufReader::new(err).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        let line = redact(&line, &hidden);
-                        tracing::debug!(target: "ahpd_mcp::stderr", "{line}");
-                        let Ok(mut tail) = tail.lock() else { return };
-                        if tail.len() == STDERR_LINES {
-                            tail.pop_front();
-                        }
-                        tail.push_back(line);
-                    }
-                });
+                keep_tail(err, stderr.clone(), hidden.clone());
             }
             let served = tokio::time::timeout(spec.startup_timeout, handler.serve(child)).await;
             let service = finish(name, served, spec.startup_timeout, &hidden, &stderr);
@@ -154,18 +141,8 @@ pub(crate) async fn connect(
         Transport::Http { url, headers } => {
             let headers = resolve(headers, secrets, &mut hidden)?;
             install_tls_provider();
-            let mut custom = HashMap::new();
-            for (k, v) in headers {
-                let (Ok(k), Ok(v)) = (
-                    http::HeaderName::from_bytes(k.as_bytes()),
-                    http::HeaderValue::from_str(&v),
-                ) else {
-                    return Err(format!("the header {k} has a value that cannot be sent"));
-                };
-                custom.insert(k, v);
-            }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(header_map(headers)?);
             let transport = StreamableHttpClientTransport::from_config(config);
             let served = tokio::time::timeout(spec.startup_timeout, handler.serve(transport)).await;
             (
@@ -180,6 +157,44 @@ pub(crate) async fn connect(
         group,
         stderr,
     })
+}
+
+/// Reads a stdio server's standard error to its end: each line logged and the last
+/// [`STDERR_LINES`] kept, configured values blanked, to explain a failure.
+fn keep_tail(
+    err: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    hidden: Vec<String>,
+) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(err).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line = redact(&line, &hidden);
+            tracing::debug!(target: "ahpd_mcp::stderr", "{line}");
+            let Ok(mut tail) = tail.lock() else { return };
+            if tail.len() == STDERR_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    });
+}
+
+/// An HTTP server's headers as sent.
+fn header_map(
+    headers: Vec<(String, String)>,
+) -> Result<HashMap<http::HeaderName, http::HeaderValue>, String> {
+    let mut custom = HashMap::new();
+    for (k, v) in headers {
+        let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(&v),
+        ) else {
+            return Err(format!("the header {k} has a value that cannot be sent"));
+        };
+        custom.insert(k, v);
+    }
+    Ok(custom)
 }
 
 fn finish<E: std::fmt::Display>(

@@ -2,7 +2,7 @@
 //! approval, question and client-tool call. Every change goes through a reducer first; only a
 //! change is published.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +20,11 @@ use crate::asks::Asks;
 use crate::coalesce::Coalescer;
 use crate::context::{BackendMsg, SessionContext, SharedSessionView};
 use crate::error::RpcError;
+use crate::held::Held;
 use crate::inner::HostInner;
 use crate::reduce::{changed, chat_changed, stream_target};
 use crate::session::{ConnRef, SessionMsg};
-use crate::util;
+use crate::turns::TurnBook;
 
 pub(crate) enum Backend {
     None,
@@ -44,21 +45,8 @@ pub(crate) struct Chat {
     /// Cursors this chat issued, and whether each was used.
     pub cursors: HashMap<String, bool>,
     pub coalescer: Coalescer,
-    /// Turns the active turn replaced; their approvals stay answerable.
-    pub replaced: HashSet<String>,
-    /// The turn and the parts a stray stream was already warned about, so a backend
-    /// that keeps streaming into a missing part logs one warning, not one per delta.
-    pub stray_warned: (String, HashSet<String>),
-}
-
-/// A dispatch waiting for backends to open.
-pub(crate) struct Parked {
-    pub conn: ConnRef,
-    pub channel: String,
-    pub client_seq: i64,
-    pub raw: Value,
-    /// The chats whose backends it needs: one chat, or every chat for a session action.
-    pub targets: Vec<Arc<str>>,
+    /// The turns the running one replaced, and the stray streams already warned about.
+    pub turns: TurnBook,
 }
 
 /// Who waits for `createSession` to finish: the reply, the creator, its progress token.
@@ -89,20 +77,7 @@ pub(crate) struct Actor {
     pub catalogue: Option<SessionSummary>,
     pub closed: bool,
     /// Dispatches waiting for a backend to open, in arrival order.
-    pub parked: Vec<Parked>,
-}
-
-impl Chat {
-    /// Whether this is the first stray stream into `part` of `turn` (it is then remembered).
-    /// Only the latest turn's parts are kept.
-    fn first_stray(&mut self, turn: &str, part: &str) -> bool {
-        let (warned_turn, parts) = &mut self.stray_warned;
-        if warned_turn != turn {
-            turn.clone_into(warned_turn);
-            parts.clear();
-        }
-        parts.insert(part.to_owned())
-    }
+    pub parked: Held,
 }
 
 /// Reasonable upper bound on waiting for a backend's `close`.
@@ -132,8 +107,7 @@ impl Actor {
             older: Vec::new(),
             cursors: HashMap::new(),
             coalescer: Coalescer::new(self.inner.options.delta_window),
-            replaced: HashSet::new(),
-            stray_warned: (String::new(), HashSet::new()),
+            turns: TurnBook::default(),
         }
     }
 
@@ -273,7 +247,7 @@ impl Actor {
         self.apply_chat_now(chat, action, origin)
     }
 
-    fn apply_chat_now(
+    pub(crate) fn apply_chat_now(
         &mut self,
         chat: &Arc<str>,
         action: &StateAction,
@@ -302,7 +276,7 @@ impl Actor {
                     // A backend streaming into a part it never created: said once
                     // per part and turn, since a backend still streaming after a cancel would
                     // otherwise log a line per delta.
-                    Some((turn, part)) if slot.first_stray(turn, part) => {
+                    Some((turn, part)) if slot.turns.first_stray(turn, part) => {
                         tracing::warn!(chat = %chat, turn, part, ?outcome, "a streamed action matched no part of the running turn and was not published; later ones for this part are not logged");
                     }
                     Some(_) => {}
@@ -313,32 +287,6 @@ impl Actor {
                 false
             }
         }
-    }
-
-    // ── subscriptions and snapshots ─────────────────────────────────────────────────────
-
-    fn snapshot_at(&self, channel: &str, seq: u64) -> Option<Snapshot> {
-        let state = if channel == &*self.uri {
-            SnapshotState::Session(Box::new(self.state.clone()))
-        } else {
-            SnapshotState::Chat(Box::new(self.chats.get(channel)?.state.clone()))
-        };
-        Some(Snapshot {
-            resource: channel.to_owned(),
-            state,
-            from_seq: seq as i64,
-        })
-    }
-
-    fn subscribe(&mut self, conn: u64, channel: &str) -> Result<Snapshot, RpcError> {
-        if channel != &*self.uri && !self.chats.contains_key(channel) {
-            return Err(RpcError::session_not_found(channel));
-        }
-        // Pending merged deltas go out first so the snapshot and the stream agree.
-        self.flush_all();
-        let seq = self.inner.hub.subscribe(conn, channel);
-        self.snapshot_at(channel, seq)
-            .ok_or_else(|| RpcError::session_not_found(channel))
     }
 
     // ── backend calls, contained ────────────────────────────────────────────────────────
@@ -371,105 +319,6 @@ impl Actor {
                 }
                 None
             }
-        }
-    }
-
-    /// Hand a turn to the chat's backend, opening the backend first when needed.
-    pub(crate) fn begin(&mut self, chat: &Arc<str>, turn: TurnRequest) {
-        let Some(slot) = self.chats.get_mut(chat) else {
-            return;
-        };
-        slot.ctx.set_turn_client(turn.client_id.clone());
-        match &mut slot.backend {
-            Backend::Ready(_) => {
-                self.with_backend(chat, |s| s.begin(turn));
-            }
-            Backend::Creating(q) => q.push(turn),
-            Backend::None => {
-                slot.backend = Backend::Creating(vec![turn]);
-                self.spawn_create(chat.clone(), None);
-            }
-        }
-    }
-
-    /// End a turn with `chat/error` from the host.
-    pub(crate) fn fail_turn(
-        &mut self,
-        chat: &Arc<str>,
-        turn_id: &str,
-        error_type: &str,
-        message: &str,
-    ) {
-        let duration = self
-            .chats
-            .get(chat)
-            .and_then(|c| c.state.active_turn.as_ref())
-            .filter(|t| t.id == turn_id)
-            .and_then(|t| util::millis_since(&t.started_at))
-            .unwrap_or(0)
-            .max(0);
-        let action = StateAction::ChatError(ChatErrorAction {
-            turn_id: turn_id.to_owned(),
-            duration,
-            part: ErrorResponsePart {
-                error: ErrorInfo {
-                    error_type: error_type.to_owned(),
-                    message: message.to_owned(),
-                    stack: None,
-                    meta: None,
-                },
-                resumable: None,
-            },
-            meta: None,
-        });
-        self.apply_chat(chat, &action, None);
-        self.turn_ended(chat, turn_id, true);
-    }
-
-    // ── coalescing ──────────────────────────────────────────────────────────────────────
-
-    fn flush_due(&mut self) {
-        let now = Instant::now();
-        let due: Vec<Arc<str>> = self
-            .chats
-            .iter()
-            .filter(|(_, c)| c.coalescer.deadline().is_some_and(|d| d <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for chat in due {
-            self.flush_chat(&chat);
-        }
-    }
-
-    pub(crate) fn flush_chat(&mut self, chat: &Arc<str>) {
-        let merged = match self.chats.get_mut(chat) {
-            Some(slot) => slot.coalescer.take(),
-            None => None,
-        };
-        if let Some(action) = merged {
-            self.apply_chat_now(chat, &action, None);
-        }
-    }
-
-    pub(crate) fn flush_all(&mut self) {
-        let chats: Vec<Arc<str>> = self.chats.keys().cloned().collect();
-        for chat in chats {
-            self.flush_chat(&chat);
-        }
-    }
-
-    /// A delta from the backend: published at once or merged, per the coalescing window.
-    pub(crate) fn delta(&mut self, chat: &Arc<str>, action: StateAction) {
-        let Some(slot) = self.chats.get_mut(chat) else {
-            return;
-        };
-        match slot.coalescer.offer(action) {
-            crate::coalesce::Offer::PublishNow(actions) => {
-                for a in actions {
-                    self.apply_chat_now(chat, &a, None);
-                }
-            }
-            crate::coalesce::Offer::Held => {}
         }
     }
 

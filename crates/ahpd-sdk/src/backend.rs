@@ -198,23 +198,6 @@ impl Actor {
         }
     }
 
-    /// A turn ended: settle its entries and, after success or error, start what waits.
-    pub(crate) fn turn_ended(&mut self, chat: &Arc<str>, turn_id: &str, advance: bool) {
-        for k in self.asks.of_turn(chat, turn_id) {
-            self.settle(
-                &k,
-                &format!("The turn ended before {} answered.", "the client"),
-            );
-        }
-        if let Some(slot) = self.chats.get_mut(chat) {
-            slot.coalescer.forget_turn(turn_id);
-            slot.replaced.remove(turn_id);
-        }
-        if advance {
-            self.start_next(chat);
-        }
-    }
-
     /// Settle a parked entry as unanswered and remove its `inputNeeded` row.
     pub(crate) fn settle(&mut self, entry: &str, sentence: &str) {
         let Some(p) = self.asks.take(entry) else {
@@ -291,7 +274,7 @@ impl Actor {
             let _ = reply.send(ApprovalOutcome::Cancelled);
             return;
         };
-        let replaced = slot.replaced.contains(&req.turn_id);
+        let replaced = slot.turns.is_replaced(&req.turn_id);
         let Some(tc) = tool_call_of(&slot.state, &req.turn_id, &req.tool_call_id).cloned() else {
             if !replaced {
                 let _ = reply.send(ApprovalOutcome::Cancelled);
@@ -432,7 +415,7 @@ impl Actor {
             .active_turn
             .as_ref()
             .is_some_and(|t| t.id == turn_id);
-        if !active && !slot.replaced.contains(&turn_id) {
+        if !active && !slot.turns.is_replaced(&turn_id) {
             let _ = reply.send(cancel);
             return;
         }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ahp_types::actions::*;
-use ahp_types::commands::{ChatSource, CreateChatParams};
+use ahp_types::commands::{ChatSource, CreateChatParams, SideChatSource};
 use ahp_types::state::*;
 use tokio::sync::oneshot;
 
@@ -56,8 +56,8 @@ impl Actor {
         }
     }
 
-    // Long: the checks of a new chat (capability, URI, fork source) come before anything changes,
-    // then the chat is made in one pass, so a refusal leaves nothing behind.
+    /// The checks of a new chat (capability, URI, source) come before anything changes, then the
+    /// chat is made in one pass, so a refusal leaves nothing behind.
     fn create_chat_inner(
         &mut self,
         conn: ConnRef,
@@ -96,26 +96,7 @@ impl Actor {
                         "this agent does not offer side chats",
                     ));
                 }
-                let known = self.chats.get(src.chat.as_str()).is_some_and(|c| {
-                    c.state
-                        .active_turn
-                        .as_ref()
-                        .is_some_and(|t| t.id == src.turn_id)
-                        || c.state.turns.iter().any(|t| t.id == src.turn_id)
-                        || c.older.iter().any(|t| t.id == src.turn_id)
-                });
-                if !known {
-                    return Err(RpcError::invalid_params(format!(
-                        "the side chat's source turn {} is not a turn of {} in this session",
-                        src.turn_id, src.chat
-                    )));
-                }
-                let origin = ChatOrigin::SideChat {
-                    chat: src.chat.clone(),
-                    turn_id: src.turn_id.clone(),
-                    selection: src.selection.clone(),
-                };
-                (None, Some(origin))
+                (None, Some(self.side_chat_origin(src)?))
             }
             Some(ChatSource::Unknown(v)) => {
                 return Err(RpcError::invalid_params(format!(
@@ -162,6 +143,29 @@ impl Actor {
             self.start_initial(&uri, conn, message);
         }
         Ok(())
+    }
+
+    /// The origin of a side chat, whose source turn must be a turn of a chat of this session.
+    fn side_chat_origin(&self, src: &SideChatSource) -> Result<ChatOrigin, RpcError> {
+        let known = self.chats.get(src.chat.as_str()).is_some_and(|c| {
+            c.state
+                .active_turn
+                .as_ref()
+                .is_some_and(|t| t.id == src.turn_id)
+                || c.state.turns.iter().any(|t| t.id == src.turn_id)
+                || c.older.iter().any(|t| t.id == src.turn_id)
+        });
+        if !known {
+            return Err(RpcError::invalid_params(format!(
+                "the side chat's source turn {} is not a turn of {} in this session",
+                src.turn_id, src.chat
+            )));
+        }
+        Ok(ChatOrigin::SideChat {
+            chat: src.chat.clone(),
+            turn_id: src.turn_id.clone(),
+            selection: src.selection.clone(),
+        })
     }
 
     /// Check a fork's source and take what it copies: every turn of the source chat through

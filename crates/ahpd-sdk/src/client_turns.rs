@@ -41,7 +41,7 @@ impl Actor {
         if let Some(old) = active
             && let Some(slot) = self.chats.get_mut(chat)
         {
-            slot.replaced.insert(old.id.clone());
+            slot.turns.replace(&old.id);
         }
         self.apply_chat(chat, action, Some(origin));
         self.mirror_turn_settings(&a.message);
@@ -77,7 +77,7 @@ impl Actor {
         let replaced: Vec<String> = self
             .chats
             .get(chat)
-            .map(|c| c.replaced.iter().cloned().collect())
+            .map(|c| c.turns.replaced())
             .unwrap_or_default();
         for turn in std::iter::once(a.turn_id.clone()).chain(replaced) {
             self.turn_ended(chat, &turn, false);

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use ahp_types::actions::{SessionConfigChangedAction, StateAction};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{Message, SessionConfigSchema};
+use ahp_types::state::{Message, SessionConfigSchema, SessionConfigState};
 use serde_json::Value;
 
 use crate::actor::Actor;
@@ -55,9 +55,8 @@ fn enum_has(schema: &SessionConfigSchema, key: &str, value: &str) -> bool {
 }
 
 impl Actor {
-    /// A client's `session/configChanged`.
-    // Long: every key of one change is checked before any is applied, and the mapped
-    // `autoApprove` and the backend's share are worked out in the same pass.
+    /// A client's `session/configChanged`: every key is checked before any is applied, and the
+    /// backend's share handed to every chat's backend.
     pub(crate) fn client_config(
         &mut self,
         a: &SessionConfigChangedAction,
@@ -81,34 +80,8 @@ impl Actor {
                     }
                 }
                 "autoApprove" => {
-                    let target = match v.as_str() {
-                        Some("default") => self.saved_permission_mode.clone(),
-                        Some("assisted") => Some(Value::from("acceptEdits")),
-                        Some("autoApprove") | Some("autopilot") => {
-                            Some(Value::from("bypassPermissions"))
-                        }
-                        _ => return Err(format!("autoApprove does not take the value {v}")),
-                    };
-                    if v.as_str() != Some("default") && self.saved_permission_mode.is_none() {
-                        self.saved_permission_mode = config.values.get("permissionMode").cloned();
-                    }
-                    if v.as_str() == Some("default") {
-                        self.saved_permission_mode = None;
-                    }
-                    match target {
-                        Some(t)
-                            if config.schema.properties.contains_key("permissionMode")
-                                && enum_has(
-                                    &config.schema,
-                                    "permissionMode",
-                                    t.as_str().unwrap_or(""),
-                                ) =>
-                        {
-                            mapped = Some(t)
-                        }
-                        _ => tracing::info!(
-                            "autoApprove has no permission mode to map to; stored with no effect"
-                        ),
+                    if let Some(t) = self.auto_approve_mode(v, &config)? {
+                        mapped = Some(t);
                     }
                 }
                 "permissions" => {}
@@ -158,6 +131,41 @@ impl Actor {
         }
         self.refresh_settings_view();
         Ok(())
+    }
+
+    /// The `permissionMode` VS Code's `autoApprove` value `v` maps to, when the session's schema
+    /// has it; `default` goes back to the mode in force before `autoApprove` first moved it.
+    fn auto_approve_mode(
+        &mut self,
+        v: &Value,
+        config: &SessionConfigState,
+    ) -> Result<Option<Value>, String> {
+        let target = match v.as_str() {
+            Some("default") => self.saved_permission_mode.clone(),
+            Some("assisted") => Some(Value::from("acceptEdits")),
+            Some("autoApprove") | Some("autopilot") => Some(Value::from("bypassPermissions")),
+            _ => return Err(format!("autoApprove does not take the value {v}")),
+        };
+        if v.as_str() != Some("default") && self.saved_permission_mode.is_none() {
+            self.saved_permission_mode = config.values.get("permissionMode").cloned();
+        }
+        if v.as_str() == Some("default") {
+            self.saved_permission_mode = None;
+        }
+        match target {
+            Some(t)
+                if config.schema.properties.contains_key("permissionMode")
+                    && enum_has(&config.schema, "permissionMode", t.as_str().unwrap_or("")) =>
+            {
+                Ok(Some(t))
+            }
+            _ => {
+                tracing::info!(
+                    "autoApprove has no permission mode to map to; stored with no effect"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// Hand accepted changes to every chat's backend; the first refusal wins.

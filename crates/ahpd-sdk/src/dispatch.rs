@@ -8,7 +8,6 @@ use ahp_types::state::*;
 use serde_json::Value;
 
 use crate::actor::Actor;
-use crate::agent::TurnRequest;
 use crate::error::RpcError;
 use crate::session::ConnRef;
 use crate::util;
@@ -238,44 +237,6 @@ impl Actor {
                 type_name(other)
             )),
         }
-    }
-
-    /// Start the steering message left over, else the queue's head, when the chat is idle.
-    pub(crate) fn start_next(&mut self, chat: &Arc<str>) {
-        let Some(slot) = self.chats.get(chat) else {
-            return;
-        };
-        if slot.state.active_turn.is_some() {
-            return;
-        }
-        let next = slot.state.steering_message.clone().or_else(|| {
-            slot.state
-                .queued_messages
-                .as_ref()
-                .and_then(|q| q.first().cloned())
-        });
-        let Some(msg) = next else { return };
-        let turn_id = uuid::Uuid::new_v4().to_string();
-        let started_at = util::now_iso();
-        let started = StateAction::ChatTurnStarted(ChatTurnStartedAction {
-            turn_id: turn_id.clone(),
-            started_at: started_at.clone(),
-            message: msg.message.clone(),
-            queued_message_id: Some(msg.id.clone()),
-            meta: None,
-        });
-        if !self.apply_chat(chat, &started, None) {
-            return;
-        }
-        let req = TurnRequest {
-            turn_id,
-            started_at,
-            message: msg.message,
-            queued_message_id: Some(msg.id),
-            settings: self.settings(),
-            client_id: None,
-        };
-        self.begin(chat, req);
     }
 
     /// Load older pages into a chat's window until `turn_id` is in it (or none are left).

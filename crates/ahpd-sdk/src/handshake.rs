@@ -118,8 +118,7 @@ impl Conn {
             .release(self.id, reply_frame(&id, Ok(result)));
     }
 
-    // Long: `reconnect` answers with replay or snapshots for every channel at once; splitting it
-    // would pass the half-built answer around.
+    /// `reconnect`: replay or snapshots for every listed channel at once, the missing ones named.
     pub(crate) async fn reconnect(&mut self, id: Value, params: Value) {
         let p: ReconnectParams = match decode("reconnect", params) {
             Ok(p) => p,
@@ -137,30 +136,12 @@ impl Conn {
         };
         let version = known_version.clone().unwrap_or_else(|| "1.0.0".to_owned());
         self.register_client(&p.client_id, &version);
-        // A listed session that is stored but not open (the host restarted, or it was
-        // unloaded) is opened now, so it comes back instead of being reported gone.
-        let mut reopened = false;
-        for ch in &p.subscriptions {
-            let live = mailbox(&self.inner, ch).is_some();
-            match self.open_for(ch).await {
-                Ok(()) => reopened |= !live && mailbox(&self.inner, ch).is_some(),
-                Err(e) => {
-                    tracing::debug!(channel = %ch, error = %e.message, "a reconnecting client's channel could not be opened")
-                }
-            }
-        }
+        let reopened = self.reopen(&p.subscriptions).await;
         self.inner.hub.hold(self.id);
         let mut existing = Vec::new();
         let mut missing = Vec::new();
         for ch in &p.subscriptions {
-            let exists = ch == ROOT
-                || (ch.starts_with("x-")
-                    && self
-                        .inner
-                        .extension_for_scheme(ch)
-                        .is_some_and(|e| e.snapshot(ch).is_some()))
-                || mailbox(&self.inner, ch).is_some();
-            if exists {
+            if self.channel_exists(ch) {
                 existing.push(ch.as_str())
             } else {
                 missing.push(ch.clone())
@@ -200,8 +181,39 @@ impl Conn {
         self.inner
             .hub
             .release(self.id, reply_frame(&id, Ok(result)));
-        // A session the client was active in but no longer lists loses it.
-        let listed: HashSet<&str> = p.subscriptions.iter().map(String::as_str).collect();
+        self.leave_unlisted(&p.subscriptions).await;
+    }
+
+    /// Opens the listed sessions that are stored but not open (the host restarted, or they were
+    /// unloaded), so they come back instead of being reported gone; `true` when one was.
+    async fn reopen(&self, subscriptions: &[String]) -> bool {
+        let mut reopened = false;
+        for ch in subscriptions {
+            let live = mailbox(&self.inner, ch).is_some();
+            match self.open_for(ch).await {
+                Ok(()) => reopened |= !live && mailbox(&self.inner, ch).is_some(),
+                Err(e) => {
+                    tracing::debug!(channel = %ch, error = %e.message, "a reconnecting client's channel could not be opened")
+                }
+            }
+        }
+        reopened
+    }
+
+    /// Whether a channel a reconnecting client lists is still there.
+    fn channel_exists(&self, ch: &str) -> bool {
+        ch == ROOT
+            || (ch.starts_with("x-")
+                && self
+                    .inner
+                    .extension_for_scheme(ch)
+                    .is_some_and(|e| e.snapshot(ch).is_some()))
+            || mailbox(&self.inner, ch).is_some()
+    }
+
+    /// The sessions the client was active in but no longer lists lose it.
+    async fn leave_unlisted(&self, subscriptions: &[String]) {
+        let listed: HashSet<&str> = subscriptions.iter().map(String::as_str).collect();
         let others: Vec<_> = self
             .inner
             .registry

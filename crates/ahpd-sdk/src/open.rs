@@ -115,7 +115,7 @@ fn spawn(inner: &Arc<HostInner>, mut init: Init) -> Result<mpsc::Sender<SessionM
         saved_permission_mode: None,
         catalogue: None,
         closed: false,
-        parked: Vec::new(),
+        parked: Default::default(),
     };
     let mut chat = actor.new_chat(
         &default_chat,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use ahp_types::actions::ActionOrigin;
 use serde_json::Value;
 
-use crate::actor::{Actor, Backend, Parked};
+use crate::actor::{Actor, Backend};
+use crate::held::Parked;
 use crate::session::ConnRef;
 
 /// The action types whose handling calls into a backend before the state changes.
@@ -64,7 +65,7 @@ impl Actor {
         };
         if replaying {
             if waiting {
-                self.parked.insert(0, held(targets));
+                self.parked.push_front(held(targets));
             }
             return waiting;
         }
@@ -80,10 +81,7 @@ impl Actor {
     /// handle, in arrival order, what no longer waits for anything.
     pub(crate) fn release_parked(&mut self, chat: &Arc<str>, failure: Option<&str>) {
         if let Some(failure) = failure {
-            let (failed, kept): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
-                .into_iter()
-                .partition(|p| p.targets.contains(chat));
-            self.parked = kept;
+            let failed = self.parked.take_needing(chat);
             let reason = format!("the agent could not open this conversation: {failure}");
             for p in failed {
                 let origin = ActionOrigin {
@@ -96,17 +94,16 @@ impl Actor {
             }
         }
         // Release from the front only, so a later dispatch never overtakes an earlier one.
-        while let Some(first) = self.parked.first() {
-            let opening = first.targets.iter().any(|c| {
-                matches!(
-                    self.chats.get(c).map(|s| &s.backend),
-                    Some(Backend::Creating(_))
-                )
-            });
-            if opening {
+        loop {
+            let chats = &self.chats;
+            let opening = |p: &Parked| {
+                p.targets
+                    .iter()
+                    .any(|c| matches!(chats.get(c).map(|s| &s.backend), Some(Backend::Creating(_))))
+            };
+            let Some(p) = self.parked.next_unless(opening) else {
                 break;
-            }
-            let p = self.parked.remove(0);
+            };
             // Handled afresh: validation runs against the state as it is now, and a backend
             // that went away again in the meantime is reopened.
             self.dispatch_now(p.conn, &p.channel, p.client_seq, p.raw, true);

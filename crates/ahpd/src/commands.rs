@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Read};
 
 use serde_json::{Map, Value, json};
 
-use crate::cli::{PluginCommand, VaultCommand};
+use crate::args::{PluginCommand, VaultCommand};
 use crate::config::{self, ConfigError};
 use crate::fsutil;
 use crate::locations::Locations;
@@ -49,7 +49,7 @@ const RESTART_HINT: &str = "a running daemon applies this at its next start (ahp
 /// `ahpd config`.
 pub fn show_config(loc: &Locations, as_json: bool) -> Result<(), CommandError> {
     let settings = config::load(loc)?;
-    let values = settings.describe();
+    let values = settings.describe(plugins::mask_secrets_of);
     let files: Vec<String> = settings
         .files
         .iter()
@@ -94,7 +94,7 @@ pub fn token(loc: &Locations, url_only: bool) -> Result<(), CommandError> {
         }
         None => {
             let mut settings = config::load(loc)?;
-            settings.apply_flags(&crate::cli::RunArgs::default())?;
+            settings.apply_flags(&crate::args::RunArgs::default())?;
             let address = format!(
                 "ws://{}:{}",
                 crate::serve::url_host(&settings.host.value),
@@ -308,31 +308,7 @@ fn print_table(rows: &[plugins::Row]) {
 /// `plugin config <name> [<key> [<value>]]` and `plugin config unset <name> <key>`.
 fn plugin_config(loc: &Locations, args: &[String]) -> Result<(), CommandError> {
     if args.first().map(String::as_str) == Some("unset") {
-        let [_, name, key] = args else {
-            return Err(CommandError::Usage(
-                "usage: ahpd plugin config unset <name> <key>".into(),
-            ));
-        };
-        require_builtin(name)?;
-        let mut map = read_base(loc)?;
-        let list = plugins_array(&mut map)?;
-        let removed = match list
-            .iter_mut()
-            .find(|v| entry_name(v) == Some(name.as_str()))
-        {
-            Some(Value::Object(obj)) => match obj.get_mut("options") {
-                Some(Value::Object(opts)) => options::remove_dotted(opts, key),
-                _ => false,
-            },
-            _ => false,
-        };
-        if removed {
-            write_base(loc, map)?;
-            println!("removed {name} option {key}; {RESTART_HINT}");
-        } else {
-            println!("{name} has no option {key} in {}", loc.base_file.display());
-        }
-        return Ok(());
+        return plugin_config_unset(loc, args);
     }
     let name = &args[0];
     let builtin = plugins::builtin()
@@ -367,58 +343,99 @@ fn plugin_config(loc: &Locations, args: &[String]) -> Result<(), CommandError> {
             );
             Ok(())
         }
-        [_, key, raw] => {
-            let value = options::parse_value(raw);
-            let secret_keys = options::write_only_keys(&schema);
-            if secret_keys.iter().any(|k| k == key) && config::secret_ref(&value).is_none() {
-                return Err(CommandError::Usage(format!(
-                    "{key} is a secret option: store it with ahpd vault set host:<name> and set {key} to {{\"$secret\": \"host:<name>\"}}"
-                )));
-            }
-            let mut map = read_base(loc)?;
-            let list = plugins_array(&mut map)?;
-            let idx = match list
-                .iter()
-                .position(|v| entry_name(v) == Some(name.as_str()))
-            {
-                Some(i) => i,
-                None => {
-                    list.push(json!({"name": name}));
-                    list.len() - 1
-                }
-            };
-            if list[idx].is_string() {
-                list[idx] = json!({"name": name});
-            }
-            let Some(obj) = list[idx].as_object_mut() else {
-                return Err(CommandError::Usage(format!(
-                    "the entry of {name} is not an object"
-                )));
-            };
-            let opts = obj
-                .entry("options")
-                .or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(opts) = opts else {
-                return Err(CommandError::Usage(format!(
-                    "the options of {name} are not an object"
-                )));
-            };
-            options::set_dotted(opts, key, value).map_err(CommandError::Usage)?;
-            // Check the merged result before anything is written; secrets stand as placeholders.
-            let mut trial = cand_with(cand, opts.clone());
-            trial.enabled = true;
-            let mut merged = plugins::merged_options(builtin.plugin.as_ref(), &trial);
-            blank_secrets(&mut merged);
-            options::validate(&schema, &merged, &format!("plugins.{name}.options"))
-                .map_err(CommandError::Usage)?;
-            write_base(loc, map)?;
-            println!("set {name} option {key}; {RESTART_HINT}");
-            Ok(())
-        }
+        [_, key, raw] => plugin_config_set(loc, &builtin, cand, key, raw),
         _ => Err(CommandError::Usage(
             "usage: ahpd plugin config <name> [<key> [<value>]]".into(),
         )),
     }
+}
+
+/// `ahpd plugin config unset <name> <key>`.
+fn plugin_config_unset(loc: &Locations, args: &[String]) -> Result<(), CommandError> {
+    let [_, name, key] = args else {
+        return Err(CommandError::Usage(
+            "usage: ahpd plugin config unset <name> <key>".into(),
+        ));
+    };
+    require_builtin(name)?;
+    let mut map = read_base(loc)?;
+    let list = plugins_array(&mut map)?;
+    let removed = match list
+        .iter_mut()
+        .find(|v| entry_name(v) == Some(name.as_str()))
+    {
+        Some(Value::Object(obj)) => match obj.get_mut("options") {
+            Some(Value::Object(opts)) => options::remove_dotted(opts, key),
+            _ => false,
+        },
+        _ => false,
+    };
+    if removed {
+        write_base(loc, map)?;
+        println!("removed {name} option {key}; {RESTART_HINT}");
+    } else {
+        println!("{name} has no option {key} in {}", loc.base_file.display());
+    }
+    Ok(())
+}
+
+/// `ahpd plugin config <name> <key> <value>`: written only once the merged options pass the
+/// plugin's schema.
+fn plugin_config_set(
+    loc: &Locations,
+    builtin: &plugins::BuiltIn,
+    cand: &plugins::Candidate,
+    key: &str,
+    raw: &str,
+) -> Result<(), CommandError> {
+    let name = &cand.name;
+    let schema = builtin.plugin.options_schema();
+    let value = options::parse_value(raw);
+    let secret_keys = options::write_only_keys(&schema);
+    if secret_keys.iter().any(|k| k == key) && config::secret_ref(&value).is_none() {
+        return Err(CommandError::Usage(format!(
+            "{key} is a secret option: store it with ahpd vault set host:<name> and set {key} to {{\"$secret\": \"host:<name>\"}}"
+        )));
+    }
+    let mut map = read_base(loc)?;
+    let list = plugins_array(&mut map)?;
+    let idx = match list
+        .iter()
+        .position(|v| entry_name(v) == Some(name.as_str()))
+    {
+        Some(i) => i,
+        None => {
+            list.push(json!({"name": name}));
+            list.len() - 1
+        }
+    };
+    if list[idx].is_string() {
+        list[idx] = json!({"name": name});
+    }
+    let Some(obj) = list[idx].as_object_mut() else {
+        return Err(CommandError::Usage(format!(
+            "the entry of {name} is not an object"
+        )));
+    };
+    let opts = obj
+        .entry("options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(opts) = opts else {
+        return Err(CommandError::Usage(format!(
+            "the options of {name} are not an object"
+        )));
+    };
+    options::set_dotted(opts, key, value).map_err(CommandError::Usage)?;
+    // Check the merged result before anything is written; secrets stand as placeholders.
+    let mut trial = cand_with(cand, opts.clone());
+    trial.enabled = true;
+    let mut merged = plugins::merged_options(builtin.plugin.as_ref(), &trial);
+    blank_secrets(&mut merged);
+    options::validate(&schema, &merged, &format!("plugins.{name}.options"))
+        .map_err(CommandError::Usage)?;
+    write_base(loc, map)?;
+    println!("set {name} option {key}; {RESTART_HINT}");
+    Ok(())
 }
 
 fn cand_with(c: &plugins::Candidate, file_options: Map<String, Value>) -> plugins::Candidate {
@@ -522,11 +539,4 @@ pub fn vault_cmd(loc: &Locations, cmd: &VaultCommand) -> Result<(), CommandError
             Ok(())
         }
     }
-}
-
-/// `ahpd completion <shell>`.
-pub fn completion(shell: clap_complete::Shell) {
-    use clap::CommandFactory;
-    let mut cmd = crate::cli::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "ahpd", &mut std::io::stdout());
 }

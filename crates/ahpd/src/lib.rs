@@ -9,6 +9,7 @@
 //! the crate's tests depend on the crate itself with the `test-plugins` feature (the echo engine),
 //! so the binary they spawn has it while a normal build does not.
 
+mod args;
 mod channel;
 mod cli;
 mod client;
@@ -148,7 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(term::sessions(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
-            commands::completion(shell);
+            cli::completion(shell);
             Ok(0)
         }
     }

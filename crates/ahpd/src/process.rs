@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{Cli, RunArgs};
+use crate::args::{RunArgs, RunLine};
 use crate::config::{self, TokenSetting};
 use crate::fsutil;
 use crate::locations::Locations;
@@ -342,7 +342,7 @@ fn stop_pid(loc: &Locations, pid: u32) -> Result<(), ProcessError> {
 pub fn token_for(loc: &Locations, record: &DaemonRecord) -> Option<String> {
     let mut args = vec!["ahpd".to_owned()];
     args.extend(record.argv.iter().cloned());
-    let cli = Cli::try_parse_from(args).ok()?;
+    let cli = RunLine::try_parse_from(args).ok()?;
     let mut settings = config::load(loc).ok()?;
     // Relative token-file paths on the recorded command line are relative to its folder.
     settings.apply_flags_in(&cli.run, &record.cwd).ok()?;

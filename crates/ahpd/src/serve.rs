@@ -16,8 +16,8 @@ use ahpd_sdk::{Agent, HostBuilder, HostError};
 use futures::FutureExt;
 use serde_json::Value;
 
+use crate::args::RunArgs;
 use crate::channel::{AgentsChannel, CHANNEL, FixedAgent};
-use crate::cli::RunArgs;
 use crate::config::{self, ConfigError, Settings, Source, TokenSetting};
 use crate::live::LiveSessions;
 use crate::locations::Locations;
@@ -249,25 +249,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     settings.apply_flags(run)?;
     let vault = Vault::new(loc.vault());
 
-    let mut token = None;
-    if run.stdio {
-        if flags_given_for_network(run) {
-            tracing::warn!("--stdio ignores --host, --port and the token options");
-        }
-    } else {
-        token = resolve_token(&settings, &vault)?;
-        if token.is_some() && !config::is_loopback(&settings.host.value) {
-            tracing::warn!(
-                host = %settings.host.value,
-                "listening beyond loopback over ws://: the token and every message travel in clear; put TLS (a reverse proxy or an SSH tunnel) in front"
-            );
-        }
-        if token.is_none() {
-            tracing::warn!(
-                "serving without a connection token: any local process (and, off loopback, anyone on the network) can connect and run commands as this user"
-            );
-        }
-    }
+    let token = network_token(&settings, &vault, run)?;
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
     let mut signals = Signals::new()?;
@@ -291,28 +273,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         return Ok(shutdown(&host, None, &live, signals, None).await);
     }
 
-    let addr = resolve_addr(&settings.host.value, settings.port.value).await?;
-    let config = WsConfig {
-        addr,
-        token: token.clone(),
-        allow_without_token: settings.token.value == TokenSetting::Without,
-        allowed_origins: settings.allowed_origins.value.clone(),
-    };
-    let server = match host.serve_ws(config).await {
-        Ok(s) => s,
-        Err(HostError::Listen { source, .. }) => {
-            let why = if source.kind() == std::io::ErrorKind::AddrInUse {
-                "address in use".to_owned()
-            } else {
-                source.to_string()
-            };
-            return Err(ServeError::Runtime(format!(
-                "cannot listen on {}:{}: {why}",
-                settings.host.value, settings.port.value
-            )));
-        }
-        Err(e) => return Err(ServeError::Usage(e.to_string())),
-    };
+    let server = listen(&host, &settings, token.clone()).await?;
     let port = server.local_addr().port();
     let address = format!("ws://{}:{port}", url_host(&settings.host.value));
     // Recorded before the line is printed: whoever reads the line can find the record.
@@ -324,20 +285,7 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         settings.token.source == Source::Env(token::TOKEN_ENV),
     )
     .map_err(ServeError::Runtime)?;
-    {
-        use std::io::Write;
-        // The detached daemon's standard output is its log, which never holds the token.
-        let line = match &token {
-            Some(_) if run.detached_child => {
-                format!("{address} (with its connection token: ahpd token prints it)")
-            }
-            Some(t) => token::url_with_token(&address, Some(t)),
-            None => address.clone(),
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "ahpd listening on {line}");
-        let _ = out.flush();
-    }
+    print_listening(&address, token.as_deref(), run.detached_child);
     tracing::info!(address = %address, "listening");
 
     signals.first().await;
@@ -349,6 +297,108 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
         recorded.then_some(record_path.as_path()),
     )
     .await)
+}
+
+/// Listens for WebSocket clients where the settings say.
+async fn listen(
+    host: &ahpd_sdk::Host,
+    settings: &Settings,
+    token: Option<String>,
+) -> Result<ahpd_sdk::transport::ws::WsServer, ServeError> {
+    let addr = resolve_addr(&settings.host.value, settings.port.value).await?;
+    let config = WsConfig {
+        addr,
+        token,
+        allow_without_token: settings.token.value == TokenSetting::Without,
+        allowed_origins: settings.allowed_origins.value.clone(),
+    };
+    match host.serve_ws(config).await {
+        Ok(s) => Ok(s),
+        Err(HostError::Listen { source, .. }) => {
+            let why = if source.kind() == std::io::ErrorKind::AddrInUse {
+                "address in use".to_owned()
+            } else {
+                source.to_string()
+            };
+            Err(ServeError::Runtime(format!(
+                "cannot listen on {}:{}: {why}",
+                settings.host.value, settings.port.value
+            )))
+        }
+        Err(e) => Err(ServeError::Usage(e.to_string())),
+    }
+}
+
+/// The token clients must present, or none (over stdio, or when the settings say so), with a
+/// warning when what is served may be reached by others.
+fn network_token(
+    settings: &Settings,
+    vault: &Vault,
+    run: &RunArgs,
+) -> Result<Option<String>, ServeError> {
+    if run.stdio {
+        if flags_given_for_network(run) {
+            tracing::warn!("--stdio ignores --host, --port and the token options");
+        }
+        return Ok(None);
+    }
+    let token = resolve_token(settings, vault)?;
+    if token.is_some() && !config::is_loopback(&settings.host.value) {
+        tracing::warn!(
+            host = %settings.host.value,
+            "listening beyond loopback over ws://: the token and every message travel in clear; put TLS (a reverse proxy or an SSH tunnel) in front"
+        );
+    }
+    if token.is_none() {
+        tracing::warn!(
+            "serving without a connection token: any local process (and, off loopback, anyone on the network) can connect and run commands as this user"
+        );
+    }
+    Ok(token)
+}
+
+/// The `ahpd listening on` line on standard output.
+fn print_listening(address: &str, token: Option<&str>, detached: bool) {
+    use std::io::Write;
+    // The detached daemon's standard output is its log, which never holds the token.
+    let line = match token {
+        Some(_) if detached => {
+            format!("{address} (with its connection token: ahpd token prints it)")
+        }
+        Some(t) => token::url_with_token(address, Some(t)),
+        None => address.to_owned(),
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "ahpd listening on {line}");
+    let _ = out.flush();
+}
+
+/// The `_meta` of the root state and of `initialize`: the agents channel's name and what the
+/// plugins added.
+fn root_meta(extras: &crate::machines::Extras) -> JsonObject {
+    let mut meta = JsonObject::new();
+    meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
+    for (k, v) in &extras.meta {
+        meta.insert(k.clone(), v.clone());
+    }
+    meta
+}
+
+/// The files served as resources: the served folders and the live sessions' roots, less the
+/// daemon's private files.
+fn resources(
+    loc: &Locations,
+    settings: &Settings,
+    live: &Arc<LiveSessions>,
+    engine_options: &[Value],
+) -> FileResources {
+    let resources = FileResources::new(settings.paths.value.clone())
+        .with_live_roots(live.clone())
+        .with_denied(served::private_paths(loc, settings, engine_options));
+    match served::daemon_files(loc) {
+        Some((dir, rule)) => resources.with_denied_names(dir, rule),
+        None => resources,
+    }
 }
 
 /// Builds the host a run serves: plugins applied, agent records loaded, the session store opened.
@@ -403,11 +453,7 @@ pub(crate) async fn build_host(
         "ahpd starting"
     );
 
-    let mut meta = JsonObject::new();
-    meta.insert("ahpd.agentsChannel".into(), Value::String(CHANNEL.into()));
-    for (k, v) in &extras.meta {
-        meta.insert(k.clone(), v.clone());
-    }
+    let meta = root_meta(&extras);
     let mut builder = HostBuilder::new()
         .agents(agents)
         .server_info("ahpd", env!("CARGO_PKG_VERSION"))
@@ -418,15 +464,7 @@ pub(crate) async fn build_host(
         .root_meta(meta.clone())
         .initialize_meta(meta)
         .extension(channel.clone())
-        .resources(Arc::new({
-            let resources = FileResources::new(settings.paths.value.clone())
-                .with_live_roots(live.clone())
-                .with_denied(served::private_paths(loc, settings, &engine_options));
-            match served::daemon_files(loc) {
-                Some((dir, rule)) => resources.with_denied_names(dir, rule),
-                None => resources,
-            }
-        }));
+        .resources(Arc::new(resources(loc, settings, &live, &engine_options)));
     for p in &settings.paths.value {
         builder = builder.path(p.clone());
     }

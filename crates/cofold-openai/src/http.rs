@@ -138,8 +138,44 @@ impl Endpoint {
         }
     }
 
-    // Longer than 80 lines: the request, its first-byte race and the mapping of each HTTP failure
-    // to a runtime error are one attempt; the failure table reads best whole.
+    /// The request of an attempt, with the configured headers and the key.
+    fn request(
+        &self,
+        url: &str,
+        body: Option<&Bytes>,
+        key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        // The body comes serialized (not through `.json`) so `content-type` is set exactly once.
+        let mut req = match body {
+            Some(b) => self.client.post(url).body(b.clone()),
+            None => self.client.get(url),
+        };
+        req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+        for (k, v) in &self.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if let Some(k) = key.filter(|k| !k.is_empty()) {
+            req = req.bearer_auth(k);
+        }
+        req
+    }
+
+    /// The limits an attempt's answer runs under, started now: the first byte's (or the whole
+    /// answer's when `whole`) and the idle gap's.
+    fn clock(&self, whole: bool) -> BodyClock {
+        let start = Instant::now();
+        let first = if whole {
+            self.limits
+                .whole
+                .map(|d| (start, d, "limit for a whole answer"))
+        } else {
+            self.limits
+                .first_byte
+                .map(|d| (start, d, "first-byte limit"))
+        };
+        BodyClock::new(first, self.limits.idle)
+    }
+
     /// One attempt: the request sent and its answer's head read within the first-byte limit, or
     /// the whole-answer limit when `whole` (a chat request asked without streaming).
     pub async fn attempt(
@@ -154,29 +190,8 @@ impl Endpoint {
         }
         let key = self.key().await?;
         let key = key.as_deref();
-        // The body comes serialized (not through `.json`) so `content-type` is set exactly once.
-        let mut req = match body {
-            Some(b) => self.client.post(url).body(b.clone()),
-            None => self.client.get(url),
-        };
-        req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
-        for (k, v) in &self.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        if let Some(k) = key.filter(|k| !k.is_empty()) {
-            req = req.bearer_auth(k);
-        }
-        let start = Instant::now();
-        let first = if whole {
-            self.limits
-                .whole
-                .map(|d| (start, d, "limit for a whole answer"))
-        } else {
-            self.limits
-                .first_byte
-                .map(|d| (start, d, "first-byte limit"))
-        };
-        let clock = BodyClock::new(first, self.limits.idle);
+        let req = self.request(url, body, key);
+        let clock = self.clock(whole);
         let head_deadline = clock.deadline();
         let expiry = async {
             match head_deadline {

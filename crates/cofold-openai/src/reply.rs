@@ -123,8 +123,55 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-// Longer than 80 lines: one field of the answer after another, each with its own failure; the order
-// is the documented shape of a completion.
+/// The error object a server answered with instead of a completion, as a retryable failure
+/// (the server broke; the request may still be good), keys masked.
+fn reported_error(json: &Value, url: &str) -> Option<AgentError> {
+    let err = json
+        .get("error")
+        .filter(|e| e.is_object() || e.is_string())?;
+    if json.get("choices").is_some() {
+        return None;
+    }
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| err.as_str())
+        .unwrap_or("no message given");
+    Some(
+        AgentError::new(
+            ErrorCode::Server,
+            format!(
+                "{url} reported an error: {}",
+                crate::failure::mask_keys(message)
+            ),
+        )
+        .with_retryable(true)
+        .with_detail(Value::String(crate::failure::mask_keys(&json.to_string()))),
+    )
+}
+
+/// The tool calls of a completion's message.
+fn calls_of(message: &Value) -> Vec<ToolCall> {
+    message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| {
+                    tool_call(
+                        c.get("id").and_then(Value::as_str),
+                        c.pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        &arguments_text(c.pointer("/function/arguments")),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Reads the body of a non-streaming answer from `url`, with the field its reasoning came in.
 /// A body that is not JSON, an error object, or a completion without `choices[0].message` is a
 /// retryable failure: the server broke, the request may still be good.
@@ -140,23 +187,8 @@ pub(crate) fn parse_completion(
         )
         .with_retryable(true)
     })?;
-    if let Some(err) = json.get("error").filter(|e| e.is_object() || e.is_string())
-        && json.get("choices").is_none()
-    {
-        let message = err
-            .get("message")
-            .and_then(Value::as_str)
-            .or_else(|| err.as_str())
-            .unwrap_or("no message given");
-        return Err(AgentError::new(
-            ErrorCode::Server,
-            format!(
-                "{url} reported an error: {}",
-                crate::failure::mask_keys(message)
-            ),
-        )
-        .with_retryable(true)
-        .with_detail(Value::String(crate::failure::mask_keys(&json.to_string()))));
+    if let Some(err) = reported_error(&json, url) {
+        return Err(err);
     }
     let Some(message) = json.pointer("/choices/0/message").filter(|m| m.is_object()) else {
         return Err(AgentError::new(
@@ -181,24 +213,7 @@ pub(crate) fn parse_completion(
         None => split_think(&content),
     };
     let field = field.map(|(f, _)| f);
-    let calls: Vec<ToolCall> = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| {
-                    tool_call(
-                        c.get("id").and_then(Value::as_str),
-                        c.pointer("/function/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or(""),
-                        &arguments_text(c.pointer("/function/arguments")),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let calls = calls_of(message);
     let finish = finish_of(
         json.pointer("/choices/0/finish_reason")
             .and_then(Value::as_str),

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use cofold_agents::error::{AgentError, ErrorCode};
 use cofold_agents::message::{Message, Part, Role};
-use cofold_agents::model::{ModelFeatures, ModelParams, ModelRequest, ReasoningEffort};
+use cofold_agents::model::{
+    ModelFeatures, ModelParams, ModelRequest, ReasoningEffort, ReasoningParams,
+};
 use serde_json::{Map, Value, json};
 
 use crate::dialect::{Dialect, EffortParam, MaxTokensField, ReasoningField};
@@ -46,8 +48,6 @@ pub(crate) fn check_features(
     Ok(())
 }
 
-// Longer than 80 lines: one request field after another, as the dialects need them; the body's
-// shape is clearest read whole.
 /// The JSON body; `stream` picks the streaming form.
 pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: bool) -> Value {
     let mut body = Map::new();
@@ -103,31 +103,7 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
     if ctx.features.reasoning
         && let Some(reasoning) = &params.reasoning
     {
-        match (reasoning.effort, reasoning.max_tokens) {
-            (effort, Some(max)) => {
-                let mut r = Map::new();
-                if let Some(e) = effort {
-                    r.insert("effort".into(), json!(e.as_str()));
-                }
-                r.insert("max_tokens".into(), json!(max));
-                body.insert("reasoning".into(), Value::Object(r));
-            }
-            (Some(effort), None) => match ctx.reasoning_budgets.get(&effort) {
-                Some(budget) => {
-                    body.insert("reasoning".into(), json!({ "max_tokens": budget }));
-                }
-                None => match ctx.dialect.reasoning_effort {
-                    EffortParam::ReasoningEffort => {
-                        body.insert("reasoning_effort".into(), json!(effort.as_str()));
-                    }
-                    EffortParam::ReasoningObject => {
-                        body.insert("reasoning".into(), json!({ "effort": effort.as_str() }));
-                    }
-                    EffortParam::Omit => {}
-                },
-            },
-            (None, None) => {}
-        }
+        insert_reasoning(ctx, reasoning, &mut body);
     }
     if let Some(key) = request
         .cache_key
@@ -141,6 +117,41 @@ pub(crate) fn build_body(ctx: &BodyContext<'_>, request: &ModelRequest, stream: 
         body.insert("stream_options".into(), json!({ "include_usage": true }));
     }
     Value::Object(body)
+}
+
+/// The reasoning settings in the body, in the form the dialect takes: a token budget as
+/// `reasoning.max_tokens`, an effort as the model's budget for it when one is configured, else as
+/// `reasoning_effort` or `reasoning.effort`.
+fn insert_reasoning(
+    ctx: &BodyContext<'_>,
+    reasoning: &ReasoningParams,
+    body: &mut Map<String, Value>,
+) {
+    match (reasoning.effort, reasoning.max_tokens) {
+        (effort, Some(max)) => {
+            let mut r = Map::new();
+            if let Some(e) = effort {
+                r.insert("effort".into(), json!(e.as_str()));
+            }
+            r.insert("max_tokens".into(), json!(max));
+            body.insert("reasoning".into(), Value::Object(r));
+        }
+        (Some(effort), None) => match ctx.reasoning_budgets.get(&effort) {
+            Some(budget) => {
+                body.insert("reasoning".into(), json!({ "max_tokens": budget }));
+            }
+            None => match ctx.dialect.reasoning_effort {
+                EffortParam::ReasoningEffort => {
+                    body.insert("reasoning_effort".into(), json!(effort.as_str()));
+                }
+                EffortParam::ReasoningObject => {
+                    body.insert("reasoning".into(), json!({ "effort": effort.as_str() }));
+                }
+                EffortParam::Omit => {}
+            },
+        },
+        (None, None) => {}
+    }
 }
 
 /// The model's default params overridden key by key by the request's.

@@ -166,8 +166,6 @@ struct Run {
     last_failure: Option<String>,
 }
 
-// Longer than 80 lines: the retry loop and the decoding share the stream's state, held in one
-// `unfold` closure.
 /// A stream that first yields `bodies` as an error when it is one, else asks and decodes.
 pub(crate) fn start(
     endpoint: Arc<Endpoint>,
@@ -204,57 +202,68 @@ pub(crate) fn start(
             if let Some(item) = run.queue.pop_front() {
                 return Some((item, run));
             }
-            match std::mem::replace(&mut run.phase, Phase::Finished) {
-                Phase::Finished => return None,
-                Phase::Start => {
-                    run.shown.new_attempt();
-                    let result = if run.asks_whole() {
-                        run.whole_attempt().await
-                    } else {
-                        run.open_stream().await
-                    };
-                    if let Err(f) = result {
-                        run.failed(f).await;
-                    }
-                }
-                Phase::Reading {
-                    mut body,
-                    mut clock,
-                    mut parser,
-                    mut decoder,
-                } => {
-                    let piece = next_piece(&mut body, &mut clock, &run.url, &run.signal).await;
-                    let mut events: Vec<SseEvent> = Vec::new();
-                    match piece {
-                        Ok(Some(bytes)) => {
-                            parser.push(&bytes, &mut |e| events.push(e));
-                            match run.decode_all(&mut decoder, &events) {
-                                Err(e) => run.failed(e.into()).await,
-                                Ok(true) => {
-                                    run.phase = Phase::Reading {
-                                        body,
-                                        clock,
-                                        parser,
-                                        decoder,
-                                    };
-                                }
-                                Ok(false) => run.finish(*decoder).await,
-                            }
-                        }
-                        Ok(None) => {
-                            parser.finish(&mut |e| events.push(e));
-                            match run.decode_all(&mut decoder, &events) {
-                                Err(e) => run.failed(e.into()).await,
-                                Ok(_) => run.finish(*decoder).await,
-                            }
-                        }
-                        Err(e) => run.failed(e.into()).await,
-                    }
-                }
+            if !run.step().await {
+                return None;
             }
         }
     })
     .boxed()
+}
+
+impl Run {
+    /// One step of the stream: an attempt started, or one piece of its answer read and decoded,
+    /// what it yields queued. `false` once it is finished.
+    async fn step(&mut self) -> bool {
+        match std::mem::replace(&mut self.phase, Phase::Finished) {
+            Phase::Finished => return false,
+            Phase::Start => {
+                self.shown.new_attempt();
+                let result = if self.asks_whole() {
+                    self.whole_attempt().await
+                } else {
+                    self.open_stream().await
+                };
+                if let Err(f) = result {
+                    self.failed(f).await;
+                }
+            }
+            Phase::Reading {
+                mut body,
+                mut clock,
+                mut parser,
+                mut decoder,
+            } => {
+                let piece = next_piece(&mut body, &mut clock, &self.url, &self.signal).await;
+                let mut events: Vec<SseEvent> = Vec::new();
+                match piece {
+                    Ok(Some(bytes)) => {
+                        parser.push(&bytes, &mut |e| events.push(e));
+                        match self.decode_all(&mut decoder, &events) {
+                            Err(e) => self.failed(e.into()).await,
+                            Ok(true) => {
+                                self.phase = Phase::Reading {
+                                    body,
+                                    clock,
+                                    parser,
+                                    decoder,
+                                };
+                            }
+                            Ok(false) => self.finish(*decoder).await,
+                        }
+                    }
+                    Ok(None) => {
+                        parser.finish(&mut |e| events.push(e));
+                        match self.decode_all(&mut decoder, &events) {
+                            Err(e) => self.failed(e.into()).await,
+                            Ok(_) => self.finish(*decoder).await,
+                        }
+                    }
+                    Err(e) => self.failed(e.into()).await,
+                }
+            }
+        }
+        true
+    }
 }
 
 impl Run {

@@ -33,7 +33,8 @@ pub mod config_schema;
 pub mod files;
 pub mod memory;
 pub mod paths;
-pub mod search;
+/// The web search providers (they live in `web`, whose transport they share).
+pub use web::search;
 pub mod shell;
 pub mod standard;
 pub mod walk;

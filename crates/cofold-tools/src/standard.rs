@@ -18,8 +18,10 @@ use serde_json::{Map, Value};
 
 use crate::files::{FilesOptions, files};
 use crate::memory::{MemoryOptions, memory};
-use crate::search::{BraveOptions, DuckDuckGoOptions, TavilyOptions, brave, duckduckgo, tavily};
 use crate::shell::{ShellEnv, ShellOptions, shell};
+use crate::web::search::{
+    BraveOptions, DuckDuckGoOptions, TavilyOptions, brave, duckduckgo, tavily,
+};
 use crate::web::{ClientSource, Fetch, ReqwestFetch, WebOptions, web};
 
 /// The `tools` section of a program's configuration. An absent key is on; `{}` (the default) is

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::cli::RunArgs;
+use crate::args::RunArgs;
 use crate::locations::{self, Locations, NoHome};
 use crate::token::TOKEN_ENV;
 
@@ -183,72 +183,13 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         let Some(map) = read_object(&file, required)? else {
             continue;
         };
-        let layer = check_layer(&file, &map)?;
-        let from = || Source::File(file.clone());
-        if let Some(v) = layer.paths {
-            settings.paths = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.host {
-            settings.host = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.port {
-            settings.port = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.delta_window_ms {
-            settings.delta_window_ms = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        for (key, v) in layer.limits {
-            let slot = match key {
-                "requestTimeoutSec" => &mut settings.request_timeout_sec,
-                "loadedSessionCap" => &mut settings.loaded_session_cap,
-                _ => &mut settings.idle_unload_sec,
-            };
-            *slot = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.plugins {
-            settings.plugins = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.allowed_origins {
-            settings.allowed_origins = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.resource_deny {
-            settings.resource_deny = Sourced {
-                value: v,
-                source: from(),
-            };
-        }
-        if let Some(v) = layer.mcp_servers {
-            settings.mcp_servers = Sourced {
-                value: ahpd_mcp::spec::merge(&settings.mcp_servers.value, &v),
-                source: from(),
-            };
-        }
-        for (key, setting) in layer.tokens {
+        let mut layer = check_layer(&file, &map)?;
+        for (key, setting) in std::mem::take(&mut layer.tokens) {
             // A later file's value for the same key replaces the earlier one.
             token_keys.retain(|(k, _, _)| *k != key);
             token_keys.push((key, file.clone(), setting));
         }
+        settings.merge_layer(layer, &file);
         settings.files.push(file);
     }
     match token_keys.len() {
@@ -273,6 +214,41 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         }
     }
     Ok(settings)
+}
+
+/// Puts `value`, read from `file`, in `slot` when the file sets it.
+fn set_from<T>(slot: &mut Sourced<T>, value: Option<T>, file: &Path) {
+    if let Some(value) = value {
+        *slot = Sourced {
+            value,
+            source: Source::File(file.to_owned()),
+        };
+    }
+}
+
+impl Settings {
+    /// Takes what one file sets (its token keys apart) over the earlier files' values.
+    fn merge_layer(&mut self, layer: keys::Layer, file: &Path) {
+        set_from(&mut self.paths, layer.paths, file);
+        set_from(&mut self.host, layer.host, file);
+        set_from(&mut self.port, layer.port, file);
+        set_from(&mut self.delta_window_ms, layer.delta_window_ms, file);
+        for (key, v) in layer.limits {
+            let slot = match key {
+                "requestTimeoutSec" => &mut self.request_timeout_sec,
+                "loadedSessionCap" => &mut self.loaded_session_cap,
+                _ => &mut self.idle_unload_sec,
+            };
+            set_from(slot, Some(v), file);
+        }
+        set_from(&mut self.plugins, layer.plugins, file);
+        set_from(&mut self.allowed_origins, layer.allowed_origins, file);
+        set_from(&mut self.resource_deny, layer.resource_deny, file);
+        let merged = layer
+            .mcp_servers
+            .map(|v| ahpd_mcp::spec::merge(&self.mcp_servers.value, &v));
+        set_from(&mut self.mcp_servers, merged, file);
+    }
 }
 
 impl Settings {
@@ -358,7 +334,8 @@ impl Settings {
     }
 
     /// The effective values as JSON rows `{key: {value, source}}`; secrets show as `<set>`.
-    pub fn describe(&self) -> Map<String, Value> {
+    /// `mask` hides a plugin's write-only options (the plugins know which they are).
+    pub fn describe(&self, mask: impl Fn(&str, &Value) -> Value) -> Map<String, Value> {
         let mut out = Map::new();
         let mut row = |key: &str, value: Value, source: &Source| {
             out.insert(
@@ -366,30 +343,14 @@ impl Settings {
                 serde_json::json!({"value": value, "source": source.to_string()}),
             );
         };
-        let paths: Vec<Value> = self
-            .paths
-            .value
-            .iter()
-            .map(|p| Value::String(p.display().to_string()))
-            .collect();
-        row("paths", Value::Array(paths), &self.paths.source);
+        row("paths", shown_paths(&self.paths.value), &self.paths.source);
         row(
             "host",
             Value::String(self.host.value.clone()),
             &self.host.source,
         );
         row("port", Value::from(self.port.value), &self.port.source);
-        let (key, value) = match &self.token.value {
-            TokenSetting::Literal(_) => ("connectionToken", Value::String("<set>".into())),
-            TokenSetting::SecretRef(name) => {
-                ("connectionToken", serde_json::json!({"$secret": name}))
-            }
-            TokenSetting::File(p) => (
-                "connectionTokenFile",
-                Value::String(p.display().to_string()),
-            ),
-            TokenSetting::Without => ("withoutConnectionToken", Value::Bool(true)),
-        };
+        let (key, value) = self.token.value.shown();
         row(key, value, &self.token.source);
         row(
             "deltaWindowMs",
@@ -411,31 +372,19 @@ impl Settings {
                 serde_json::json!({
                     "name": e.name,
                     "enabled": e.enabled,
-                    "options": crate::plugins::mask_secrets_of(&e.name, &Value::Object(e.options.clone())),
+                    "options": mask(&e.name, &Value::Object(e.options.clone())),
                 })
             })
             .collect();
         row("plugins", Value::Array(plugins), &self.plugins.source);
-        let origins: Vec<Value> = self
-            .allowed_origins
-            .value
-            .iter()
-            .map(|o| Value::String(o.clone()))
-            .collect();
         row(
             "allowedOrigins",
-            Value::Array(origins),
+            Value::from(self.allowed_origins.value.clone()),
             &self.allowed_origins.source,
         );
-        let deny: Vec<Value> = self
-            .resource_deny
-            .value
-            .iter()
-            .map(|p| Value::String(p.display().to_string()))
-            .collect();
         row(
             "resourceDeny",
-            Value::Array(deny),
+            shown_paths(&self.resource_deny.value),
             &self.resource_deny.source,
         );
         row(
@@ -444,6 +393,31 @@ impl Settings {
             &self.mcp_servers.source,
         );
         out
+    }
+}
+
+/// Paths as `config` shows them.
+fn shown_paths(paths: &[PathBuf]) -> Value {
+    paths
+        .iter()
+        .map(|p| Value::String(p.display().to_string()))
+        .collect()
+}
+
+impl TokenSetting {
+    /// The key and value `config` shows for the token; a literal token shows as `<set>`.
+    fn shown(&self) -> (&'static str, Value) {
+        match self {
+            TokenSetting::Literal(_) => ("connectionToken", Value::String("<set>".into())),
+            TokenSetting::SecretRef(name) => {
+                ("connectionToken", serde_json::json!({"$secret": name}))
+            }
+            TokenSetting::File(p) => (
+                "connectionTokenFile",
+                Value::String(p.display().to_string()),
+            ),
+            TokenSetting::Without => ("withoutConnectionToken", Value::Bool(true)),
+        }
     }
 }
 

@@ -40,18 +40,3 @@ impl BuiltIn {
         BuiltIn { plugin, provides }
     }
 }
-
-/// Every compiled-in plugin, in the order `plugin list` shows them. Adding a plugin is one line.
-pub fn builtin() -> Vec<BuiltIn> {
-    #[allow(unused_mut)]
-    let mut table: Vec<BuiltIn> = vec![
-        BuiltIn::new(
-            Arc::new(ahpd_agent_cofold::plugin()),
-            &[Provides::Engine(ahpd_agent_cofold::ENGINE)],
-        ),
-        BuiltIn::new(Arc::new(ahpd_computer::plugin()), &[]),
-    ];
-    #[cfg(feature = "test-plugins")]
-    table.extend(super::echo::plugins());
-    table
-}

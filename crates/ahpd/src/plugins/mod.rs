@@ -12,11 +12,13 @@ pub mod options;
 use ahpd_sdk::plugin::{Plugin, Readiness};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::cli::RunArgs;
+use crate::args::RunArgs;
 use crate::config::{ConfigError, PluginEntry, Settings, Source};
 use crate::vault::Vault;
-pub use builtin::{BuiltIn, builtin};
+pub use builtin::BuiltIn;
+use builtin::Provides;
 use options::SecretMode;
 
 /// A plugin's state, as `plugin list` shows it.
@@ -68,6 +70,21 @@ pub struct Candidate {
     pub enabled: bool,
     /// The configuration folder, against which relative default paths resolve.
     pub config_dir: PathBuf,
+}
+
+/// Every compiled-in plugin, in the order `plugin list` shows them. Adding a plugin is one line.
+pub fn builtin() -> Vec<BuiltIn> {
+    #[allow(unused_mut)]
+    let mut table: Vec<BuiltIn> = vec![
+        BuiltIn::new(
+            Arc::new(ahpd_agent_cofold::plugin()),
+            &[Provides::Engine(ahpd_agent_cofold::ENGINE)],
+        ),
+        BuiltIn::new(Arc::new(ahpd_computer::plugin()), &[]),
+    ];
+    #[cfg(feature = "test-plugins")]
+    table.extend(echo::plugins());
+    table
 }
 
 /// The built-in names, for messages.

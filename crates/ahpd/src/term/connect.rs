@@ -10,7 +10,7 @@ use ahp::client::{Client, ClientConfig};
 use ahp_types::state::{RootState, SnapshotState};
 use ahp_ws::WebSocketTransport;
 
-use crate::cli::RunArgs;
+use crate::args::RunArgs;
 use crate::commands::CommandError;
 use crate::config;
 use crate::live::LiveSessions;

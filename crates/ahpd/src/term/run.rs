@@ -115,6 +115,9 @@ pub fn run(loc: &Locations, opts: &RunOpts) -> Result<i32, CommandError> {
     code
 }
 
+// Long: one loop over four event sources (the turn's actions, the answer typed, a quiet check,
+// Ctrl-C) whose arms share the state of the questions on screen; split, that state would be
+// passed around in pieces.
 async fn one_turn(
     conn: &Conn,
     opts: &RunOpts,

@@ -165,40 +165,11 @@ impl Runner {
         }
     }
 
-    // Longer than 80 lines: each of the steps it runs in order (record, hooks, model call, message)
-    // may close the step its own way before the next starts.
     /// Steps 8–13: the step record, the hooks, the model call, the assistant message.
     async fn model_step(&mut self, request: ModelRequest) -> Flow<ModelReply> {
         let invocation_id = self.open_model_step(&request).await?;
         let info = self.run_info();
-        let hooked = self
-            .unless_stopped(
-                "the beforeModel hook".into(),
-                self.agent.hooks().before_model(request, &info),
-            )
-            .await;
-        let Some(hooked) = hooked else {
-            self.close_step(&invocation_id, StepStatus::Failed, None, None)
-                .await?;
-            return Err(self.interrupt().await);
-        };
-        let request = match hooked {
-            Err(message) => {
-                self.close_step(&invocation_id, StepStatus::Failed, None, None)
-                    .await?;
-                return Err(hook_error("beforeModel", message));
-            }
-            Ok(BeforeModel::Abort { reason }) => {
-                let detail = json!({ "abortedBy": "beforeModel", "reason": reason });
-                self.close_step(&invocation_id, StepStatus::Completed, None, Some(detail))
-                    .await?;
-                return Err(Exit::Finish(OutcomeKind::Stopped {
-                    reason: StopReason::Policy,
-                }));
-            }
-            Ok(BeforeModel::Continue(request)) => request,
-        };
-
+        let request = self.before_model(&invocation_id, request, &info).await?;
         let reply = match self.call_model(request).await {
             Ok(reply) => reply,
             Err(error) => {
@@ -220,38 +191,7 @@ impl Runner {
         };
         self.count(&reply);
 
-        let hooked = self
-            .unless_stopped(
-                "the afterModel hook".into(),
-                self.agent.hooks().after_model(reply.clone(), &info),
-            )
-            .await;
-        let Some(hooked) = hooked else {
-            self.close_step(&invocation_id, StepStatus::Failed, Some(&reply), None)
-                .await?;
-            return Err(self.interrupt().await);
-        };
-        let reply = match hooked {
-            Err(message) => {
-                self.close_step(&invocation_id, StepStatus::Failed, Some(&reply), None)
-                    .await?;
-                return Err(hook_error("afterModel", message));
-            }
-            Ok(AfterModel::Abort { reason }) => {
-                let detail = json!({ "abortedBy": "afterModel", "reason": reason });
-                self.close_step(
-                    &invocation_id,
-                    StepStatus::Completed,
-                    Some(&reply),
-                    Some(detail),
-                )
-                .await?;
-                return Err(Exit::Finish(OutcomeKind::Stopped {
-                    reason: StopReason::Policy,
-                }));
-            }
-            Ok(AfterModel::Continue(reply)) => reply,
-        };
+        let reply = self.after_model(&invocation_id, reply, &info).await?;
         // The provider's own answer was for the hook; the run keeps no copy of it.
         let reply = crate::model::ModelReply { raw: None, ..reply };
 
@@ -266,6 +206,85 @@ impl Runner {
         })
         .await?;
         Ok(reply)
+    }
+
+    /// The `beforeModel` hook, which may change the request or end the run; the step is
+    /// closed when it does not go on.
+    async fn before_model(
+        &mut self,
+        invocation_id: &str,
+        request: ModelRequest,
+        info: &RunInfo,
+    ) -> Flow<ModelRequest> {
+        let hooked = self
+            .unless_stopped(
+                "the beforeModel hook".into(),
+                self.agent.hooks().before_model(request, info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            self.close_step(invocation_id, StepStatus::Failed, None, None)
+                .await?;
+            return Err(self.interrupt().await);
+        };
+        match hooked {
+            Err(message) => {
+                self.close_step(invocation_id, StepStatus::Failed, None, None)
+                    .await?;
+                Err(hook_error("beforeModel", message))
+            }
+            Ok(BeforeModel::Abort { reason }) => {
+                let detail = json!({ "abortedBy": "beforeModel", "reason": reason });
+                self.close_step(invocation_id, StepStatus::Completed, None, Some(detail))
+                    .await?;
+                Err(Exit::Finish(OutcomeKind::Stopped {
+                    reason: StopReason::Policy,
+                }))
+            }
+            Ok(BeforeModel::Continue(request)) => Ok(request),
+        }
+    }
+
+    /// The `afterModel` hook, which may change the reply or end the run; the step is
+    /// closed when it does not go on.
+    async fn after_model(
+        &mut self,
+        invocation_id: &str,
+        reply: ModelReply,
+        info: &RunInfo,
+    ) -> Flow<ModelReply> {
+        let hooked = self
+            .unless_stopped(
+                "the afterModel hook".into(),
+                self.agent.hooks().after_model(reply.clone(), info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            self.close_step(invocation_id, StepStatus::Failed, Some(&reply), None)
+                .await?;
+            return Err(self.interrupt().await);
+        };
+        match hooked {
+            Err(message) => {
+                self.close_step(invocation_id, StepStatus::Failed, Some(&reply), None)
+                    .await?;
+                Err(hook_error("afterModel", message))
+            }
+            Ok(AfterModel::Abort { reason }) => {
+                let detail = json!({ "abortedBy": "afterModel", "reason": reason });
+                self.close_step(
+                    invocation_id,
+                    StepStatus::Completed,
+                    Some(&reply),
+                    Some(detail),
+                )
+                .await?;
+                Err(Exit::Finish(OutcomeKind::Stopped {
+                    reason: StopReason::Policy,
+                }))
+            }
+            Ok(AfterModel::Continue(reply)) => Ok(reply),
+        }
     }
 
     /// Asks the model, streaming when it can, racing the run's abort. Every text or reasoning

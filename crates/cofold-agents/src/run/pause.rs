@@ -56,62 +56,69 @@ enum Refused {
     Failed(AgentError),
 }
 
+/// The pause of a call that waits for a person: what is kept to go on, the approval's prompt and
+/// the stored request's payload.
+fn parked_of(
+    call: &ToolCall,
+    waiting: CallResult,
+    request_id: &str,
+) -> Result<(Parked, Option<String>, Value), AgentError> {
+    match waiting {
+        CallResult::NeedsApproval {
+            tool,
+            input,
+            prompt,
+        } => {
+            let mut payload = json!({ "name": call.name, "input": input });
+            if let Some(prompt) = &prompt {
+                payload["prompt"] = json!(prompt);
+            }
+            let parked = Parked {
+                request_id: request_id.to_owned(),
+                kind: RequestKind::Approval,
+                call: call.clone(),
+                tool: Some(tool),
+                input,
+                questions: Vec::new(),
+                invocation_id: None,
+                started_at: None,
+            };
+            Ok((parked, prompt, payload))
+        }
+        CallResult::NeedsInput {
+            tool,
+            input,
+            questions,
+            invocation_id,
+            started_at,
+        } => {
+            let payload = json!({
+                "name": call.name, "input": input, "questions": questions, "invocationId": invocation_id,
+            });
+            let parked = Parked {
+                request_id: request_id.to_owned(),
+                kind: RequestKind::Input,
+                call: call.clone(),
+                tool: Some(tool),
+                input,
+                questions,
+                invocation_id: Some(invocation_id),
+                started_at: Some(started_at),
+            };
+            Ok((parked, None, payload))
+        }
+        _ => Err(AgentError::internal("a call that needs nobody was paused")),
+    }
+}
+
 impl Runner {
-    // Longer than 80 lines: the request, the step, the record, the event and the released claim are
-    // written in an order a crash between any two must find consistent.
+    // Long: the request, the record, the event and the released claim are written in an order a
+    // crash between any two must find consistent.
     /// Writes the pause and announces it.
     pub(crate) async fn pause(&mut self, call: &ToolCall, waiting: CallResult) -> Flow<Parked> {
         let request_id = new_id();
-        let (parked, prompt, payload) = match waiting {
-            CallResult::NeedsApproval {
-                tool,
-                input,
-                prompt,
-            } => {
-                let mut payload = json!({ "name": call.name, "input": input });
-                if let Some(prompt) = &prompt {
-                    payload["prompt"] = json!(prompt);
-                }
-                let parked = Parked {
-                    request_id: request_id.clone(),
-                    kind: RequestKind::Approval,
-                    call: call.clone(),
-                    tool: Some(tool),
-                    input,
-                    questions: Vec::new(),
-                    invocation_id: None,
-                    started_at: None,
-                };
-                (parked, prompt, payload)
-            }
-            CallResult::NeedsInput {
-                tool,
-                input,
-                questions,
-                invocation_id,
-                started_at,
-            } => {
-                let payload = json!({
-                    "name": call.name, "input": input, "questions": questions, "invocationId": invocation_id,
-                });
-                let parked = Parked {
-                    request_id: request_id.clone(),
-                    kind: RequestKind::Input,
-                    call: call.clone(),
-                    tool: Some(tool),
-                    input,
-                    questions,
-                    invocation_id: Some(invocation_id),
-                    started_at: Some(started_at),
-                };
-                (parked, None, payload)
-            }
-            _ => {
-                return Err(Exit::Error(AgentError::internal(
-                    "a call that needs nobody was paused",
-                )));
-            }
-        };
+        let (parked, prompt, payload) =
+            parked_of(call, waiting, &request_id).map_err(Exit::Error)?;
         let request = PendingRequest {
             request_id: request_id.clone(),
             session_id: self.session_id().to_owned(),

@@ -8,10 +8,10 @@ use serde_json::Value;
 use super::pause::Parked;
 use super::{Exit, Hold, ResumeOptions, Runner, failed_outcome, stored_outcome};
 use crate::error::{AgentError, ErrorCode};
-use crate::event::{OutcomeKind, RequestKind, RunOutcome, RunStatus};
+use crate::event::{Event, OutcomeKind, RequestKind, RunOutcome, RunStatus};
 use crate::message::{Message, Part, Role, ToolCall, tool_calls_of};
 use crate::question::Question;
-use crate::store::{RunRecord, StepRecord, StepStatus};
+use crate::store::{PendingRequest, RunRecord, StepRecord, StepStatus};
 use crate::tool::AbortSignal;
 use crate::usage::{ZERO_USAGE, add_usage, cost_of, usd_to_micros};
 
@@ -33,8 +33,6 @@ impl Runner {
         }
     }
 
-    // Longer than 80 lines: the resume's checks run in a fixed order and each ends the resume its
-    // own way; split up, that order would be hidden.
     async fn reattach(&mut self, opts: ResumeOptions, signal: Option<AbortSignal>) -> Exit {
         // A resumed run is stopped like a fresh one: by its caller's signal, or by the time
         // limit, counted from the resume (the time nobody held the run cannot be counted).
@@ -73,27 +71,7 @@ impl Runner {
         }
 
         if record.status.is_terminal() {
-            // The outcome is among the last events; a caller that replays from after it gets
-            // it from the whole log.
-            let mut outcome = stored_outcome(&replay);
-            if outcome.is_none() && after > 0 {
-                outcome = self
-                    .store
-                    .list_events(&run, None)
-                    .await
-                    .ok()
-                    .and_then(|all| stored_outcome(&all));
-            }
-            let outcome = outcome.unwrap_or_else(|| {
-                let error = AgentError::new(ErrorCode::Interrupted, "the run left no outcome");
-                Runner::record_outcome(
-                    &record,
-                    OutcomeKind::Failed {
-                        error: error.info(),
-                    },
-                )
-            });
-            return Exit::Settle(outcome);
+            return Exit::Settle(self.ended_outcome(&record, &replay, after).await);
         }
         let busy = |what: &str| {
             let error = AgentError::new(ErrorCode::WriterBusy, what.to_owned());
@@ -144,8 +122,29 @@ impl Runner {
         }
     }
 
-    // Longer than 80 lines: the counters, the capabilities and the re-entered batch are rebuilt
-    // from one step list in the order a fresh run made them.
+    /// The outcome of a run that had ended: among the last events replayed, or, for a caller
+    /// that replays from after it, in the whole log.
+    async fn ended_outcome(&self, record: &RunRecord, replay: &[Event], after: u64) -> RunOutcome {
+        let mut outcome = stored_outcome(replay);
+        if outcome.is_none() && after > 0 {
+            outcome = self
+                .store
+                .list_events(&self.run_ref(), None)
+                .await
+                .ok()
+                .and_then(|all| stored_outcome(&all));
+        }
+        outcome.unwrap_or_else(|| {
+            let error = AgentError::new(ErrorCode::Interrupted, "the run left no outcome");
+            Runner::record_outcome(
+                record,
+                OutcomeKind::Failed {
+                    error: error.info(),
+                },
+            )
+        })
+    }
+
     /// Rebuilds the counters, resolves capabilities, and settles a dead run or re-enters a
     /// paused one's batch.
     async fn continue_from(&mut self, record: RunRecord) -> Result<(), Exit> {
@@ -173,26 +172,8 @@ impl Runner {
         }
 
         // A paused run: load its request and wait at it again.
-        let Some(request_id) = record.pending_request_id.clone() else {
-            return Err(Exit::Error(AgentError::not_found(format!(
-                "run {} has no pending request",
-                record.run_id
-            ))));
-        };
-        let request = match self.store.get_request(&self.run_ref(), &request_id).await? {
-            Some(request) => request,
-            None => {
-                return Err(Exit::Error(AgentError::not_found(format!(
-                    "request {request_id} does not exist"
-                ))));
-            }
-        };
-        if request.resolution.is_some() {
-            return Err(Exit::Error(AgentError::new(
-                ErrorCode::Interrupted,
-                format!("request {request_id} was resolved but the run did not go on"),
-            )));
-        }
+        let request = self.pending_request(&record).await?;
+        let request_id = request.request_id.clone();
         let history = self.store.list_context_messages(self.session_id()).await?;
         let unanswered = unanswered_calls(&history);
         let Some(first) = unanswered
@@ -237,6 +218,28 @@ impl Runner {
         }
         self.side.shared.open_request(parked.open_request());
         self.run_batch(unanswered, Some(parked)).await
+    }
+
+    /// The unresolved request a paused run waits at.
+    async fn pending_request(&self, record: &RunRecord) -> Result<PendingRequest, Exit> {
+        let Some(request_id) = record.pending_request_id.clone() else {
+            return Err(Exit::Error(AgentError::not_found(format!(
+                "run {} has no pending request",
+                record.run_id
+            ))));
+        };
+        let Some(request) = self.store.get_request(&self.run_ref(), &request_id).await? else {
+            return Err(Exit::Error(AgentError::not_found(format!(
+                "request {request_id} does not exist"
+            ))));
+        };
+        if request.resolution.is_some() {
+            return Err(Exit::Error(AgentError::new(
+                ErrorCode::Interrupted,
+                format!("request {request_id} was resolved but the run did not go on"),
+            )));
+        }
+        Ok(request)
     }
 
     /// A run that died while running: usage, steps and cost from its model step records.

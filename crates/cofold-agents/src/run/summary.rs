@@ -47,9 +47,26 @@ struct Chunk {
     kept: usize,
 }
 
+/// Every message the summaries in `history` stand for, the summaries themselves included.
+fn summarized_by(history: &[Message]) -> Covered {
+    let mut all_ids = Covered::default();
+    for summary in history
+        .iter()
+        .filter(|m| m.source == MessageSource::Summary)
+    {
+        for id in summary
+            .summarizes
+            .iter()
+            .flatten()
+            .chain(std::iter::once(&summary.id))
+        {
+            all_ids.add(id);
+        }
+    }
+    all_ids
+}
+
 impl Runner {
-    // Longer than 80 lines: the chunks are summarized in a loop whose state (the previous summary,
-    // the step count) is shared by every turn of it.
     /// Summarizes what `history` has to cover and returns the newest summary message, or `None`
     /// for a turn when there is nothing to cover (the kept tail and the input are all there
     /// is). The first model step is the one the caller counted; later chunks count their own.
@@ -67,22 +84,7 @@ impl Runner {
             return Ok(None);
         }
 
-        // A compact run's own input is the ask; an automatic compaction sends one it never stores.
-        let ask = match self.kind {
-            RunKind::Compact => history
-                .iter()
-                .find(|m| m.id == self.input_message_id)
-                .cloned(),
-            RunKind::Turn => None,
-        }
-        .unwrap_or_else(|| Message {
-            id: new_id(),
-            role: Role::User,
-            parts: vec![Part::text(COMPACT_ASK)],
-            source: MessageSource::System,
-            created_at: Timestamp::now(),
-            summarizes: None,
-        });
+        let ask = self.summary_ask(history);
         let instructions = summary_instructions(self.offer.instructions());
 
         // A new summary stands for the older ones too: the model reads the newest of them first,
@@ -92,20 +94,7 @@ impl Runner {
             .rev()
             .find(|m| m.source == MessageSource::Summary)
             .cloned();
-        let mut all_ids = Covered::default();
-        for summary in history
-            .iter()
-            .filter(|m| m.source == MessageSource::Summary)
-        {
-            for id in summary
-                .summarizes
-                .iter()
-                .flatten()
-                .chain(std::iter::once(&summary.id))
-            {
-                all_ids.add(id);
-            }
-        }
+        let mut all_ids = summarized_by(history);
 
         let mut now = history.to_vec();
         let mut rest = plan.covered;
@@ -157,6 +146,26 @@ impl Runner {
             self.tally.steps += 1;
         }
         Ok(previous)
+    }
+
+    /// The message that asks for a summary: a compact run's own input; an automatic compaction
+    /// sends one it never stores.
+    fn summary_ask(&self, history: &[Message]) -> Message {
+        match self.kind {
+            RunKind::Compact => history
+                .iter()
+                .find(|m| m.id == self.input_message_id)
+                .cloned(),
+            RunKind::Turn => None,
+        }
+        .unwrap_or_else(|| Message {
+            id: new_id(),
+            role: Role::User,
+            parts: vec![Part::text(COMPACT_ASK)],
+            source: MessageSource::System,
+            created_at: Timestamp::now(),
+            summarizes: None,
+        })
     }
 
     // Longer than 80 lines: the step record, the model call raced against the abort, the stored

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::model_step::hook_error;
 use super::{Flow, Runner};
 use crate::event::{Denial, EventBody};
-use crate::hooks::BeforeTool;
+use crate::hooks::{BeforeTool, RunInfo};
 use crate::id::{Timestamp, new_id};
 use crate::message::{ToolCall, ToolResult};
 use crate::policy::{Behavior, DecideArgs, DenialBy};
@@ -16,6 +16,17 @@ use crate::store::{
     approvals_key,
 };
 use crate::tool::{Tool, ToolContext, ToolError};
+
+/// What the `beforeTool` hook made of a valid call.
+enum Hooked {
+    /// Go on with this input; `prompt` is set when the hook asked for a person's approval.
+    Go {
+        input: Value,
+        prompt: Option<Option<String>>,
+    },
+    /// The call is answered (refused, stopped, or the run was stopped meanwhile).
+    Done(CallResult),
+}
 
 /// What became of one call.
 pub(crate) enum CallResult {
@@ -115,9 +126,8 @@ impl Runner {
         Ok(())
     }
 
-    // Longer than 80 lines: the decision is one ordered list of early returns (unknown tool, input,
-    // hooks, policy, approval), each refusing the call its own way.
-    /// Decides and, when allowed, runs one call.
+    /// Decides and, when allowed, runs one call: the tool looked up, its input checked, the
+    /// `beforeTool` hook and the policy asked, each of which may refuse it its own way.
     pub(crate) async fn one_call(&mut self, call: &ToolCall) -> Flow<CallResult> {
         let Some(tool) = self.offer.tool(&call.name) else {
             return self
@@ -128,72 +138,15 @@ impl Runner {
                 )
                 .await;
         };
-        let Some(raw_input) = call.input.clone() else {
-            self.propose(call, None).await?;
-            return self
-                .refuse(
-                    call,
-                    "Invalid arguments: not valid JSON".into(),
-                    DenialBy::Invalid,
-                )
-                .await;
-        };
-        let mut input = match tool.validate(&raw_input) {
+        let input = match self.valid_input(call, &tool).await? {
             Ok(input) => input,
-            Err(issues) => {
-                self.propose(call, None).await?;
-                let reason = format!("Invalid arguments: {}", join_issues(&issues));
-                return self.refuse(call, reason, DenialBy::Invalid).await;
-            }
+            Err(refused) => return Ok(refused),
         };
-
         let info = self.run_info();
-        let mut hook_prompt: Option<Option<String>> = None;
-        let hooked = self
-            .unless_stopped(
-                "the beforeTool hook".into(),
-                self.agent.hooks().before_tool(call, &tool, &info),
-            )
-            .await;
-        let Some(hooked) = hooked else {
-            return Ok(CallResult::Aborted);
+        let (input, hook_prompt) = match self.before_tool(call, &tool, input, &info).await? {
+            Hooked::Go { input, prompt } => (input, prompt),
+            Hooked::Done(result) => return Ok(result),
         };
-        match hooked {
-            Err(message) => return Err(hook_error("beforeTool", message)),
-            Ok(BeforeTool::Allow) => {}
-            Ok(BeforeTool::Deny { reason }) => {
-                self.propose(call, tool.subject(&input)).await?;
-                return self.refuse(call, reason, DenialBy::Hook).await;
-            }
-            Ok(BeforeTool::Stop { reason }) => {
-                self.propose(call, tool.subject(&input)).await?;
-                self.add_denial(call, call.input.clone(), &reason, DenialBy::Hook);
-                self.emit(EventBody::ToolDenied {
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    reason: reason.clone(),
-                })
-                .await?;
-                let result = error_result(call, format!("Not executed: {reason}"));
-                return Ok(CallResult::Answered {
-                    result,
-                    stop: Some(reason),
-                });
-            }
-            Ok(BeforeTool::Modify { input: changed }) => match tool.validate(&changed) {
-                Ok(valid) => input = valid,
-                Err(issues) => {
-                    self.propose(call, None).await?;
-                    let reason = format!(
-                        "Invalid arguments after hook modify: {}",
-                        join_issues(&issues)
-                    );
-                    return self.refuse(call, reason, DenialBy::Invalid).await;
-                }
-            },
-            Ok(BeforeTool::Approval { prompt }) => hook_prompt = Some(prompt),
-        }
-
         self.propose(call, tool.subject(&input)).await?;
         let args = DecideArgs {
             tool: &tool,
@@ -224,6 +177,101 @@ impl Runner {
                     prompt: hook_prompt.flatten(),
                 })
             }
+        }
+    }
+
+    /// The call's input, checked against the tool's schema (its defaults filled in), or the
+    /// call refused.
+    async fn valid_input(
+        &mut self,
+        call: &ToolCall,
+        tool: &Tool,
+    ) -> Flow<Result<Value, CallResult>> {
+        let Some(raw_input) = call.input.clone() else {
+            self.propose(call, None).await?;
+            let refused = self
+                .refuse(
+                    call,
+                    "Invalid arguments: not valid JSON".into(),
+                    DenialBy::Invalid,
+                )
+                .await?;
+            return Ok(Err(refused));
+        };
+        match tool.validate(&raw_input) {
+            Ok(input) => Ok(Ok(input)),
+            Err(issues) => {
+                self.propose(call, None).await?;
+                let reason = format!("Invalid arguments: {}", join_issues(&issues));
+                Ok(Err(self.refuse(call, reason, DenialBy::Invalid).await?))
+            }
+        }
+    }
+
+    /// Asks the `beforeTool` hook about a valid call.
+    async fn before_tool(
+        &mut self,
+        call: &ToolCall,
+        tool: &Tool,
+        input: Value,
+        info: &RunInfo,
+    ) -> Flow<Hooked> {
+        let hooked = self
+            .unless_stopped(
+                "the beforeTool hook".into(),
+                self.agent.hooks().before_tool(call, tool, info),
+            )
+            .await;
+        let Some(hooked) = hooked else {
+            return Ok(Hooked::Done(CallResult::Aborted));
+        };
+        match hooked {
+            Err(message) => Err(hook_error("beforeTool", message)),
+            Ok(BeforeTool::Allow) => Ok(Hooked::Go {
+                input,
+                prompt: None,
+            }),
+            Ok(BeforeTool::Deny { reason }) => {
+                self.propose(call, tool.subject(&input)).await?;
+                Ok(Hooked::Done(
+                    self.refuse(call, reason, DenialBy::Hook).await?,
+                ))
+            }
+            Ok(BeforeTool::Stop { reason }) => {
+                self.propose(call, tool.subject(&input)).await?;
+                self.add_denial(call, call.input.clone(), &reason, DenialBy::Hook);
+                self.emit(EventBody::ToolDenied {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    reason: reason.clone(),
+                })
+                .await?;
+                let result = error_result(call, format!("Not executed: {reason}"));
+                Ok(Hooked::Done(CallResult::Answered {
+                    result,
+                    stop: Some(reason),
+                }))
+            }
+            Ok(BeforeTool::Modify { input: changed }) => match tool.validate(&changed) {
+                Ok(valid) => Ok(Hooked::Go {
+                    input: valid,
+                    prompt: None,
+                }),
+                Err(issues) => {
+                    self.propose(call, None).await?;
+                    let reason = format!(
+                        "Invalid arguments after hook modify: {}",
+                        join_issues(&issues)
+                    );
+                    Ok(Hooked::Done(
+                        self.refuse(call, reason, DenialBy::Invalid).await?,
+                    ))
+                }
+            },
+            Ok(BeforeTool::Approval { prompt }) => Ok(Hooked::Go {
+                input,
+                prompt: Some(prompt),
+            }),
         }
     }
 
@@ -331,8 +379,6 @@ impl Runner {
             .await
     }
 
-    // Longer than 80 lines: bounding, `after_tool`, the step patch and `tool.completed` follow in a
-    // fixed order, and a hook's answer changes each later one.
     /// Bounds the output, runs `after_tool`, patches the step and emits `tool.completed`.
     async fn finish_execution(
         &mut self,
@@ -359,16 +405,7 @@ impl Runner {
             .await;
         let Some(hooked) = hooked else {
             // The tool ran and its output is kept; the model is told the call was interrupted.
-            let patch = StepPatch {
-                status: Some(if original.is_error {
-                    StepStatus::Failed
-                } else {
-                    StepStatus::Completed
-                }),
-                original: Some(original),
-                ended_at: Some(Timestamp::now()),
-                ..StepPatch::default()
-            };
+            let patch = ended(status_of(original.is_error), original);
             self.store
                 .update_step(&self.run_ref(), invocation_id, &patch)
                 .await?;
@@ -377,12 +414,7 @@ impl Runner {
         let after = match hooked {
             Ok(after) => after,
             Err(message) => {
-                let patch = StepPatch {
-                    status: Some(StepStatus::Failed),
-                    original: Some(original),
-                    ended_at: Some(Timestamp::now()),
-                    ..StepPatch::default()
-                };
+                let patch = ended(StepStatus::Failed, original);
                 self.store
                     .update_step(&self.run_ref(), invocation_id, &patch)
                     .await?;
@@ -406,16 +438,9 @@ impl Runner {
             .as_ref()
             .map(|reason| json!({ "stoppedBy": "afterTool", "reason": reason }));
         let patch = StepPatch {
-            status: Some(if original.is_error {
-                StepStatus::Failed
-            } else {
-                StepStatus::Completed
-            }),
-            original: Some(original),
             transformed,
             detail,
-            ended_at: Some(Timestamp::now()),
-            ..StepPatch::default()
+            ..ended(status_of(original.is_error), original)
         };
         self.store
             .update_step(&self.run_ref(), invocation_id, &patch)
@@ -448,6 +473,25 @@ fn join_issues(issues: &[crate::schema::Issue]) -> String {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The patch that ends a step with the tool's own output.
+fn ended(status: StepStatus, original: ToolOriginal) -> StepPatch {
+    StepPatch {
+        status: Some(status),
+        original: Some(original),
+        ended_at: Some(Timestamp::now()),
+        ..StepPatch::default()
+    }
+}
+
+/// A finished step's status, by whether the tool said its output is an error.
+fn status_of(is_error: bool) -> StepStatus {
+    if is_error {
+        StepStatus::Failed
+    } else {
+        StepStatus::Completed
+    }
 }
 
 #[cfg(test)]

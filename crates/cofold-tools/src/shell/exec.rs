@@ -133,8 +133,6 @@ pub struct ShellResult {
 /// module for how they are found and its limits), and the output gathered so far is kept. When
 /// the shell exits, whatever it left running is killed and counted in [`ShellResult::stopped`].
 /// Dropping the returned future while the command runs kills the call's processes as well.
-// Longer than most: the two reading phases share the pipe readers and the child pinned in this
-// frame, and splitting them would move those borrows across functions for no clarity.
 pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult> {
     let cancel = args.cancel.take().unwrap_or_default();
     if cancel.is_cancelled() {
@@ -144,28 +142,7 @@ pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult>
         });
     }
 
-    become_subreaper();
-    let marker = new_marker();
-    let vars = match args.base_env.take() {
-        Some(vars) => args.env.apply(vars),
-        None => args.env.apply(std::env::vars_os()),
-    };
-    let group = if args.cgroup {
-        CallGroup::create(&marker).map(Arc::new)
-    } else {
-        None
-    };
-    let gated = group.is_some() && can_gate(&args.shell.command, &vars);
-    let mut command = shell_command(&args, vars, &marker, gated);
-    let mut child = command.spawn()?;
-    if let (Some(group), Some(pid)) = (&group, child.id()) {
-        group.adopt(pid);
-    }
-    if let Some(mut gate) = child.stdin.take() {
-        // In the group now: let the shell through. A gate that died has nothing to open.
-        let _ = gate.write_all(b"\n").await;
-    }
-    let mut guard = TreeGuard::new(child.id(), marker, group);
+    let (mut child, mut guard) = start_shell(&mut args).await?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
@@ -237,6 +214,36 @@ pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult>
         truncated,
         stopped: if timed_out || aborted { 0 } else { stopped },
     })
+}
+
+/// Starts the call's shell in a group of its own (a cgroup when asked for and possible) and arms
+/// the guard that stops whatever the call leaves running.
+async fn start_shell(
+    args: &mut ShellExecArgs,
+) -> std::io::Result<(tokio::process::Child, TreeGuard)> {
+    become_subreaper();
+    let marker = new_marker();
+    let vars = match args.base_env.take() {
+        Some(vars) => args.env.apply(vars),
+        None => args.env.apply(std::env::vars_os()),
+    };
+    let group = if args.cgroup {
+        CallGroup::create(&marker).map(Arc::new)
+    } else {
+        None
+    };
+    let gated = group.is_some() && can_gate(&args.shell.command, &vars);
+    let mut command = shell_command(args, vars, &marker, gated);
+    let mut child = command.spawn()?;
+    if let (Some(group), Some(pid)) = (&group, child.id()) {
+        group.adopt(pid);
+    }
+    if let Some(mut gate) = child.stdin.take() {
+        // In the group now: let the shell through. A gate that died has nothing to open.
+        let _ = gate.write_all(b"\n").await;
+    }
+    let guard = TreeGuard::new(child.id(), marker, group);
+    Ok((child, guard))
 }
 
 /// The command that starts the shell on `args.command`: behind the gate when `gated` (so it joins

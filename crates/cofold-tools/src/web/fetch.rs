@@ -12,7 +12,7 @@ use url::Url;
 
 use super::guard::{Lookup, is_internal};
 use super::html::html_to_text;
-use super::transport::{Fetch, FetchRequest};
+use super::transport::{Fetch, FetchRequest, FetchResponse};
 use crate::shell::seconds;
 
 /// Most redirects one call follows.
@@ -89,27 +89,28 @@ pub(crate) struct Fetcher {
 struct Expired;
 
 impl Fetcher {
-    // Longer than 80 lines: each redirect hop is checked, fetched and read within the same deadline
-    // and loop state.
-    /// Fetches `input` and renders the result text, or the refusal.
-    pub(crate) async fn fetch_page(
-        &self,
-        input: &str,
-        cap: usize,
-        cancel: &CancellationToken,
-    ) -> Result<String, WebFetchError> {
-        let deadline = Instant::now() + Duration::from_millis(self.timeout_ms);
-        let mut url = parse_http(input, None)?;
-        let mut redirects = 0;
-        let timed_out = |url: &Url| WebFetchError::CannotFetch {
+    /// The refusal of a fetch that ran out of time at `url`.
+    fn timed_out(&self, url: &Url) -> WebFetchError {
+        WebFetchError::CannotFetch {
             url: url.to_string(),
             reason: format!("timed out after {} s", seconds(self.timeout_ms)),
-        };
+        }
+    }
 
-        let response = loop {
+    /// Fetches `input`, each redirect hop checked, until an answer that is no redirect; its URL
+    /// and the answer, its body not read yet.
+    async fn follow(
+        &self,
+        input: &str,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<(Url, FetchResponse), WebFetchError> {
+        let mut url = parse_http(input, None)?;
+        let mut redirects = 0;
+        loop {
             let pinned = match bounded(deadline, cancel, self.guard(&url)).await {
                 Ok(result) => result?,
-                Err(Expired) => return Err(timed_out(&url)),
+                Err(Expired) => return Err(self.timed_out(&url)),
             };
             let request = FetchRequest {
                 method: http::Method::GET,
@@ -122,7 +123,7 @@ impl Fetcher {
                 connect_to: Some(pinned),
             };
             let response = match bounded(deadline, cancel, self.fetch.fetch(request)).await {
-                Err(Expired) => return Err(timed_out(&url)),
+                Err(Expired) => return Err(self.timed_out(&url)),
                 Ok(Err(error)) => {
                     return Err(WebFetchError::CannotFetch {
                         url: url.to_string(),
@@ -144,10 +145,20 @@ impl Fetcher {
                     redirects += 1;
                     url = parse_http(&location, Some(&url))?;
                 }
-                _ => break response,
+                _ => return Ok((url, response)),
             }
-        };
+        }
+    }
 
+    /// Fetches `input` and renders the result text, or the refusal.
+    pub(crate) async fn fetch_page(
+        &self,
+        input: &str,
+        cap: usize,
+        cancel: &CancellationToken,
+    ) -> Result<String, WebFetchError> {
+        let deadline = Instant::now() + Duration::from_millis(self.timeout_ms);
+        let (url, response) = self.follow(input, deadline, cancel).await?;
         let mime = response
             .headers
             .get(http::header::CONTENT_TYPE)
@@ -166,7 +177,7 @@ impl Fetcher {
         // Read one byte past the cap at most, so "exactly cap" and "more" can be told apart.
         while bytes.len() <= cap {
             match bounded(deadline, cancel, body.next()).await {
-                Err(Expired) => return Err(timed_out(&url)),
+                Err(Expired) => return Err(self.timed_out(&url)),
                 Ok(None) => break,
                 Ok(Some(Err(error))) => {
                     return Err(WebFetchError::CannotFetch {

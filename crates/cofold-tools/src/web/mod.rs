@@ -4,6 +4,7 @@
 pub(crate) mod fetch;
 mod guard;
 mod html;
+pub mod search;
 mod search_tool;
 pub(crate) mod transport;
 
@@ -25,9 +26,9 @@ pub use transport::{
     ClientSource, Fetch, FetchError, FetchRequest, FetchResponse, ReqwestFetch, SourceError,
 };
 
-use crate::search::SearchProvider;
 use crate::shell::seconds;
 use fetch::Fetcher;
+use search::SearchProvider;
 
 /// The most body bytes one web_fetch call keeps, whatever `maxBytes` or the options say (4 MiB):
 /// a page is read into memory and handed to the model whole, so the cap bounds both.

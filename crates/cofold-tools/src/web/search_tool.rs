@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::search::{SearchArgs, SearchProvider, SearchResult};
+use super::search::{SearchArgs, SearchProvider, SearchResult};
 use crate::shell::seconds;
 
 /// Results a call gets when it gives no `count`.

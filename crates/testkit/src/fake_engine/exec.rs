@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex as AsyncMutex, Notify};
 
-use super::server::reply;
+use super::common::reply;
 use super::{FakeExec, FakeMount, Shared, Upload};
 
 fn error(status: u16, message: impl Into<String>) -> Response<Body> {
@@ -418,7 +418,7 @@ pub(crate) fn archive_put(shared: &Shared, id: &str, path: &str, raw: &[u8]) -> 
         } else if std::fs::write(&dest, &data).is_err() {
             return error(500, format!("cannot write {p}"));
         }
-        super::server::push_upload(
+        super::common::push_upload(
             &mut st,
             Upload {
                 container: name.clone(),

@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+mod common;
 mod exec;
 mod server;
 mod store;

@@ -12,7 +12,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{EngineRequest, FailOn, FakeContainer, FakeMount, NO_LOADER, Shared, State, Upload};
+use super::common::{error, find, label_filters, matches, no_content, param, reply, take_failure};
+use super::{EngineRequest, FailOn, FakeContainer, FakeMount, NO_LOADER, Shared, State};
 
 pub(crate) async fn serve(
     listener: std::os::unix::net::UnixListener,
@@ -91,30 +92,6 @@ fn strip_version(path: &str) -> String {
     path.to_owned()
 }
 
-pub(crate) fn reply(status: u16, v: Value) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Body::from(v.to_string()))
-        .unwrap_or_default()
-}
-
-pub(crate) fn error(status: u16, message: impl Into<String>) -> Response<Body> {
-    reply(status, json!({ "message": message.into() }))
-}
-
-pub(crate) fn no_content() -> Response<Body> {
-    Response::builder()
-        .status(204)
-        .body(Body::empty())
-        .unwrap_or_default()
-}
-
-pub(crate) fn take_failure(st: &mut State, on: FailOn) -> Option<(u16, String)> {
-    let i = st.failures.iter().position(|(o, _, _)| *o == on)?;
-    st.failures.remove(i).map(|(_, s, m)| (s, m))
-}
-
 async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Response<Body> {
     let method = req.method().to_string();
     let path = strip_version(req.uri().path());
@@ -142,10 +119,6 @@ async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Res
     let r = route(&shared, &mut req, &method, &path, &q, json_body, bytes).await;
     shared.changed.notify_waiters();
     r
-}
-
-pub(crate) fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
-    q.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
 }
 
 async fn route(
@@ -214,41 +187,6 @@ async fn route(
         ("DELETE", ["volumes", name]) => super::store::remove_volume(shared, name),
         _ => error(404, format!("page not found: {method} {path}")),
     }
-}
-
-/// Label filters of a list: `k=v` or `k`.
-pub(crate) fn label_filters(q: &[(String, String)]) -> Vec<String> {
-    param(q, "filters")
-        .and_then(|f| serde_json::from_str::<Value>(f).ok())
-        .and_then(|v| {
-            let l = &v["label"];
-            match l {
-                Value::Array(a) => Some(
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect(),
-                ),
-                Value::Object(o) => Some(o.keys().cloned().collect()),
-                _ => None,
-            }
-        })
-        .unwrap_or_default()
-}
-
-pub(crate) fn matches(labels: &BTreeMap<String, String>, filters: &[String]) -> bool {
-    filters.iter().all(|f| match f.split_once('=') {
-        Some((k, v)) => labels.get(k).map(String::as_str) == Some(v),
-        None => labels.contains_key(f),
-    })
-}
-
-pub(crate) fn find<'a>(st: &'a State, id: &str) -> Option<&'a FakeContainer> {
-    st.containers.get(id).or_else(|| {
-        st.containers
-            .values()
-            .find(|c| c.id.starts_with(id) && id.len() >= 12)
-    })
 }
 
 fn name_of(st: &State, id: &str) -> Option<String> {
@@ -529,8 +467,4 @@ fn remove_container(shared: &Shared, id: &str, force: bool) -> Response<Body> {
         let _ = std::fs::remove_dir_all(&c.scratch);
     }
     no_content()
-}
-
-pub(crate) fn push_upload(st: &mut State, u: Upload) {
-    st.uploads.push(u);
 }

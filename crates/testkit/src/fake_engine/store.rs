@@ -7,7 +7,7 @@ use axum::body::Body;
 use hyper::Response;
 use serde_json::{Value, json};
 
-use super::server::{error, find, label_filters, matches, no_content, param, reply, take_failure};
+use super::common::{error, find, label_filters, matches, no_content, param, reply, take_failure};
 use super::{FailOn, Shared, State};
 
 pub(crate) fn volume_path(st: &mut State, name: &str, labels: BTreeMap<String, String>) -> PathBuf {

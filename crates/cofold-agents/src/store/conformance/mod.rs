@@ -29,7 +29,7 @@ use crate::error::{AgentError, ErrorCode};
 use crate::event::{Event, EventBody};
 use crate::id::Timestamp;
 use crate::message::Message;
-use crate::policy::Denial;
+use crate::status::Denial;
 use crate::usage::ZERO_USAGE;
 
 use super::{NewSession, RunRecord, RunRef, RunStatus, Store};

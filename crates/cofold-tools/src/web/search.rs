@@ -10,8 +10,8 @@ use regex::Regex;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::web::fetch::USER_AGENT;
-use crate::web::transport::{Fetch, FetchRequest, ReqwestFetch};
+use super::fetch::USER_AGENT;
+use super::transport::{Fetch, FetchRequest, ReqwestFetch};
 
 /// Most bytes of a provider's answer that are read; a search answer is far smaller.
 const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
