@@ -246,6 +246,7 @@ impl HostBuilder {
             next_conn: AtomicU64::new(1),
             shutdown,
             store,
+            turns_ended: tokio::sync::watch::channel(0).0,
             options: self.options,
         });
         let handle = HostHandle { inner };
@@ -315,6 +316,12 @@ pub struct QueueStats {
 }
 
 impl HostHandle {
+    /// The count of turns that have ended in this host, any session, any outcome; it changes
+    /// each time one ends. The daemon waits on it to give memory back once work is done.
+    pub fn turn_ends(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.turns_ended.subscribe()
+    }
+
     /// Publish an extension action (its `type` starts with `x-`) on an extension channel: it
     /// gets the next `serverSeq`, goes to the channel's subscribers and into the replay ring.
     /// Returns the number it got.

@@ -79,6 +79,8 @@ pub(crate) struct HostInner {
     pub next_conn: AtomicU64,
     pub shutdown: CancellationToken,
     pub store: Option<Arc<Remembered>>,
+    /// How many turns have ended in this host (see [`crate::HostHandle::turn_ends`]).
+    pub turns_ended: tokio::sync::watch::Sender<u64>,
 }
 
 impl Drop for HostInner {

@@ -75,6 +75,9 @@ impl Actor {
             slot.coalescer.forget_turn(turn_id);
             slot.turns.ended(turn_id);
         }
+        self.inner
+            .turns_ended
+            .send_modify(|n| *n = n.wrapping_add(1));
         if advance {
             self.start_next(chat);
         }

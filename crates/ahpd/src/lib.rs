@@ -22,6 +22,7 @@ mod logfile;
 mod logs;
 mod machines;
 mod mcp;
+mod memory;
 mod plugins;
 mod process;
 mod records;

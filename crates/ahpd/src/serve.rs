@@ -248,12 +248,12 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     let mut settings = config::load(loc)?;
     settings.apply_flags(run)?;
     let vault = Vault::new(loc.vault());
-
     let token = network_token(&settings, &vault, run)?;
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
     let mut signals = Signals::new()?;
     let (host, live) = build_host(loc, &settings, run, &vault).await?;
+    crate::memory::give_back_after_turns(&host);
     if let Some(hub) = live.mcp() {
         crate::mcp::report_status(hub, loc.dir.join(crate::mcp::STATUS_FILE));
     }

@@ -60,3 +60,19 @@ pub fn signal(pid: u32, kill: bool) -> std::io::Result<()> {
 pub fn new_session() {
     let _ = rustix::process::setsid();
 }
+
+/// Hands the allocator's free pages back to the system (glibc's `malloc_trim`).
+///
+/// glibc returns freed memory on its own only from the top of a heap; a streamed answer frees
+/// thousands of small blocks scattered between ones that stay (the transcript, the state), so
+/// without this the pages a turn used stay counted as the daemon's long after it ended. Other
+/// C libraries (musl) give pages back themselves, and there this does nothing.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer and only walks the allocator's own free lists,
+    // under the allocator's locks; any thread may call it at any time.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
