@@ -338,6 +338,11 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         let config = match record.as_ref().map(|r| &r.config) {
             Some(values) => crate::config::resolve(agent.as_ref(), dir.as_deref(), Some(values))
                 .or_else(|e| {
+                    // A session in a machine never falls back to this host's defaults: it
+                    // would run here (no computer plugin now, say).
+                    if record.as_ref().is_some_and(|r| r.nested.is_some()) {
+                        return Err(e);
+                    }
                     tracing::warn!(
                         session = %session_uri,
                         "the remembered configuration is refused now ({}); using the defaults",

@@ -285,6 +285,13 @@ fn case_37_a_kept_session_adopts_its_disposable_machine() {
             rig.engine.container(&machine).is_some(),
             "adopted with no timer"
         );
+        let log = daemon.log_text();
+        assert!(
+            log.contains(&format!(
+                "computer://{machine} is held for its kept session"
+            )) && !log.contains("has no kept session"),
+            "{log}"
+        );
         let before = rig.engine.requests().len();
         dispose(&client, &uri).await;
         assert!(removed(&rig, &machine).await >= before);
@@ -350,6 +357,18 @@ fn case_37_a_past_session_whose_machine_is_gone_is_deleted_anyway() {
         let (daemon, client) = rig.start("c37f.log").await;
         delete(&client, "computer://box").await.unwrap();
         assert!(listed(&client).await.to_string().contains(&uri));
+        // Its next turn fails naming the machine; it never runs on this host.
+        let seen = turn(&client, &uri, "t2", "anyone there").await;
+        let error = seen
+            .iter()
+            .find(|a| a["type"] == "chat/error")
+            .unwrap_or_else(|| panic!("{seen:#?}"));
+        assert!(
+            error.to_string().contains("computer://box"),
+            "{error}\n{}",
+            daemon.log_text()
+        );
+        assert_eq!(deltas(&seen), "");
         dispose(&client, &uri).await;
         let sessions = listed(&client).await;
         assert!(!sessions.to_string().contains(&uri), "{sessions}");
