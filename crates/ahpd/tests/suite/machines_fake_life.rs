@@ -383,6 +383,48 @@ fn case_37_a_past_session_whose_machine_is_gone_is_deleted_anyway() {
 }
 
 #[test]
+fn case_37_a_long_past_session_reads_every_page_inside() {
+    rt().block_on(async {
+        let rig = Rig::new();
+        rig.configure(json!({}));
+        let (daemon, client) = rig.start("c37g.log").await;
+        make(&client, "box", json!({})).await.unwrap();
+        let (uri, r) = create_session(
+            &client,
+            "echo",
+            json!({ "computer": "computer://box" }),
+            None,
+        )
+        .await;
+        assert!(r.is_ok(), "{:?}\n{}", rpc(&r), daemon.log_text());
+        // More turns than one page of the host inside (50), so it hands the oldest over
+        // through fetchTurns.
+        for i in 0..55 {
+            let seen = turn(&client, &uri, &format!("t{i}"), &format!("turn {i}")).await;
+            assert_eq!(deltas(&seen), format!("turn {i}"));
+        }
+        daemon.stop();
+        drop(client);
+
+        let (daemon, client) = rig.start("c37h.log").await;
+        let chat = ahpd_sdk::util::default_chat_uri(&uri);
+        let (snap, _) = client.subscribe(chat).await.unwrap();
+        let snap = serde_json::to_value(&snap).unwrap();
+        let state = &snap["snapshot"]["state"];
+        let turns = state["turns"].as_array().unwrap();
+        // The host here shows its own page of the 55 and keeps the 5 older ones behind a cursor.
+        assert_eq!(turns.len(), 50, "{}", daemon.log_text());
+        assert!(turns[0].to_string().contains("turn 5"), "{}", turns[0]);
+        assert!(turns[49].to_string().contains("turn 54"), "{}", turns[49]);
+        assert!(
+            state["turnsNextCursor"].is_string(),
+            "no older page behind the {} turns shown",
+            turns.len()
+        );
+    });
+}
+
+#[test]
 fn case_38_orphans_go_others_stay_and_stopped_machines_start() {
     rt().block_on(async {
         let rig = Rig::new();
