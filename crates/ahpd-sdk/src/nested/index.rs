@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
-use crate::machine::COMPUTER_KEY;
 use crate::sessionstore::SessionRecord;
 use crate::util::path_of;
 
@@ -30,22 +29,12 @@ pub struct NestedIndex {
 }
 
 impl NestedIndex {
-    /// Learns the sessions of kept records that run in machines: those with a nested part, and
-    /// those whose `computer` setting names a machine (records written before the nested part).
+    /// Learns the sessions of kept records that run in machines (those with a nested part).
     pub fn learn(&self, records: &[SessionRecord]) {
         let mut by_id = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
         for r in records {
-            let machine = match &r.nested {
-                Some(n) => n.machine.clone(),
-                None => match r
-                    .config
-                    .get(COMPUTER_KEY)
-                    .and_then(|v| v.as_str())
-                    .and_then(|c| c.strip_prefix("computer://"))
-                {
-                    Some(id) if !id.is_empty() => id.to_owned(),
-                    _ => continue,
-                },
+            let Some(machine) = r.nested.as_ref().map(|n| n.machine.clone()) else {
+                continue;
             };
             by_id.insert(
                 (r.provider.clone(), r.backend_id.clone()),
@@ -90,6 +79,7 @@ impl NestedIndex {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::machine::COMPUTER_KEY;
     use crate::sessionstore::NestedRecord;
 
     fn record(uri: &str, id: &str, computer: &str, nested: Option<&str>) -> SessionRecord {
@@ -115,7 +105,7 @@ mod tests {
     }
 
     #[test]
-    fn learns_machines_from_the_nested_part_or_the_setting() {
+    fn learns_machines_from_the_nested_part_only() {
         let index = NestedIndex::default();
         index.learn(&[
             record("echo:/a", "a", "computer://box", Some("box")),
@@ -124,7 +114,8 @@ mod tests {
             record("echo:/d", "d", "disposable:cofold", None),
         ]);
         assert_eq!(index.machine("echo", "a").as_deref(), Some("box"));
-        assert_eq!(index.machine("echo", "b").as_deref(), Some("old"));
+        // A record without its nested part is the agent's here, whatever its setting says.
+        assert_eq!(index.machine("echo", "b"), None);
         assert_eq!(index.machine("echo", "c"), None);
         assert_eq!(index.machine("echo", "d"), None);
         assert_eq!(index.machine("other", "a"), None);

@@ -71,7 +71,8 @@ impl NestedAgent {
         self.inner.descriptor().provider
     }
 
-    /// The question-to-the-machine's names for a conversation of this agent, when it lives in one.
+    /// What names a conversation of this agent that lives in a machine, for one question to an
+    /// inner host started there.
     fn inside<'a>(
         &'a self,
         plugin: &'a str,
@@ -225,6 +226,11 @@ impl Agent for NestedAgent {
     }
 
     async fn unfinished(&self, id: &str) -> bool {
+        // A conversation in a machine is not this host's agent's to look at; what it left
+        // unfinished is taken up inside at its next turn.
+        if self.index.get(&self.provider(), id).is_some() {
+            return false;
+        }
         self.inner.unfinished(id).await
     }
 
