@@ -309,4 +309,48 @@ mod tests {
         );
         assert_eq!(map_folder(Path::new("/srv/apple"), &binds), None);
     }
+
+    #[test]
+    fn a_required_need_valued_nowhere_is_refused_with_its_sentence() {
+        let mut need = MachineNeed::new(NeedKind::Env {
+            name: "COFOLD_MODEL".into(),
+            default: None,
+        });
+        need.required = true;
+        let needs = BTreeMap::from([("cofoldModel".to_owned(), need)]);
+        let opts = Options::parse(&serde_json::json!({})).expect("options");
+        assert_eq!(
+            variables(&needs, None, &opts, StateMode::Volume, None),
+            Err("machine need cofoldModel is required, and neither the profile, the plugin's needs nor the agent's default gives it a value".to_owned())
+        );
+        let opts = Options::parse(&serde_json::json!({ "needs": { "cofoldModel": "q" } }))
+            .expect("options");
+        assert_eq!(
+            variables(&needs, None, &opts, StateMode::Volume, None),
+            Ok(vec!["COFOLD_MODEL=q".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_profile_less_state_volume_is_named_after_the_machine_and_goes_with_it() {
+        let needs = BTreeMap::from([(
+            "cofoldState".to_owned(),
+            MachineNeed::new(NeedKind::State {
+                target: "/ahpd/cofold".into(),
+                seed: Vec::new(),
+            }),
+        )]);
+        let fixed = fix(
+            &needs,
+            "cofold",
+            "box",
+            None,
+            &Options::parse(&serde_json::json!({})).expect("options"),
+        )
+        .expect("fixed");
+        assert_eq!(fixed.volumes.len(), 1);
+        assert_eq!(fixed.volumes[0].name, volume_name(&["box", "cofold"]));
+        assert!(fixed.volumes[0].name.starts_with("ahpd-state-box-cofold-"));
+        assert!(fixed.volumes[0].with_machine);
+    }
 }

@@ -526,6 +526,13 @@ impl ComputerPort for Computers {
         self.close().await;
     }
 
+    async fn running(&self, id: &str) -> bool {
+        self.m
+            .inspect(id)
+            .await
+            .is_ok_and(|c| c.state.and_then(|s| s.running) == Some(true))
+    }
+
     fn nested_agents(&self, agents: Vec<NestedNeeds>) {
         *lock(&self.nested) = agents;
     }

@@ -110,11 +110,18 @@ pub(crate) async fn list(
             .into_iter()
             .filter(|row| !live_ids.contains(&(provider.clone(), row.id.clone())))
             .collect();
-        // Remembered conversations the agent does not list but still finds.
+        // Remembered conversations the agent does not list but still finds, and those that
+        // live in machines.
         for record in remembered.iter().filter(|r| r.provider == provider) {
             let known = live_ids.contains(&(provider.clone(), record.backend_id.clone()))
                 || listed.iter().any(|row| row.id == record.backend_id);
-            if !known && let Some(row) = agent.find(&record.backend_id).await {
+            if known {
+                continue;
+            }
+            // A session in a machine is listed from its record, without asking the machine.
+            if let Some(row) = record.nested_row() {
+                listed.push(row);
+            } else if let Some(row) = agent.find(&record.backend_id).await {
                 listed.push(row);
             }
         }

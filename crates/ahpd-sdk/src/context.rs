@@ -46,6 +46,9 @@ pub(crate) struct SharedSessionView {
     pub client_tools: Mutex<Vec<(String, ToolDefinition)>>,
     /// Tokens pushed by `authenticate`, per client id then resource.
     pub credentials: Arc<Mutex<HashMap<String, HashMap<String, Secret>>>>,
+    /// Where the session's conversation lives when it runs in a machine: `(machine, inner
+    /// provider)`, kept in its record.
+    pub nested: Mutex<Option<(String, String)>>,
 }
 
 /// A backend's channel to the host for one chat. Cheap to clone, `Send + Sync`.
@@ -220,6 +223,14 @@ impl SessionContext {
     /// This chat's channel URI.
     pub fn chat_uri(&self) -> &str {
         &self.inner.chat_uri
+    }
+
+    /// Tells the host the session's conversation lives in `machine`, served there by
+    /// `inner_provider`, so its record keeps them.
+    pub(crate) fn note_nested(&self, machine: &str, inner_provider: &str) {
+        if let Ok(mut n) = self.inner.view.nested.lock() {
+            *n = Some((machine.to_owned(), inner_provider.to_owned()));
+        }
     }
 
     /// Whether the host closed this chat; emissions are dropped from then on.

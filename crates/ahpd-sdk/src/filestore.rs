@@ -338,6 +338,7 @@ mod tests {
             is_archived: false,
             config: serde_json::from_str(r#"{"permissionMode":"plan"}"#).unwrap(),
             working_directories: vec!["file:///tmp".into()],
+            nested: None,
         }
     }
 

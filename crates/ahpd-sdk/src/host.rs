@@ -265,7 +265,8 @@ impl HostBuilder {
 }
 
 /// Drop records whose agent no longer knows the conversation (an agent that is not
-/// configured now keeps its records: it may come back).
+/// configured now keeps its records: it may come back; a session in a machine keeps its
+/// record).
 pub(crate) async fn prune(inner: Arc<HostInner>) {
     let Some(store) = inner.store.clone() else {
         return;
@@ -277,6 +278,10 @@ pub(crate) async fn prune(inner: Arc<HostInner>) {
             .map(|r| r.sessions.contains_key(&record.uri))
             .unwrap_or(true);
         if live {
+            continue;
+        }
+        // A session in a machine stays: its conversation is there, not with its agent here.
+        if record.nested.is_some() {
             continue;
         }
         let Some(agent) = inner.agent(Some(&record.provider)) else {

@@ -353,6 +353,12 @@ pub trait ComputerPort: Send + Sync + 'static {
     /// After a restart: the kept sessions that name machines.
     async fn adopt(&self, kept: Vec<KeptSession>);
 
+    /// Whether the machine is this daemon's and running, asked without starting it (a past
+    /// session's transcript is read from a machine only while it runs). `true` by default.
+    async fn running(&self, _id: &str) -> bool {
+        true
+    }
+
     /// The daemon is stopping, its sessions closed: pending work is settled (armed removals
     /// cleared, removals under way awaited). Nothing by default.
     async fn shutdown(&self) {}

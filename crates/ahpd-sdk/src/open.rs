@@ -17,6 +17,7 @@ use crate::inner::HostInner;
 use crate::reduce::{chat_summary_of, empty_chat};
 use crate::root;
 use crate::session::{ConnRef, MAILBOX, SessionEntry, SessionMsg, backend_id_of};
+use crate::sessionstore::SessionRecord;
 use crate::util;
 
 struct Init {
@@ -35,6 +36,8 @@ struct Init {
     ready: bool,
     /// The title is a client's choice (remembered), so the agent's titles do not replace it.
     title_locked: bool,
+    /// `(machine, inner provider)` of a session whose conversation lives in a machine.
+    nested: Option<(String, String)>,
 }
 
 /// The session's state as its task starts: the chat's summary, the configuration and the
@@ -79,6 +82,7 @@ fn spawn(inner: &Arc<HostInner>, mut init: Init) -> Result<mpsc::Sender<SessionM
     let default_chat = util::default_chat_uri(&init.uri);
     let view = Arc::new(SharedSessionView {
         credentials: inner.credentials.clone(),
+        nested: std::sync::Mutex::new(init.nested.take()),
         ..SharedSessionView::default()
     });
     let descriptor = init.agent.descriptor();
@@ -206,6 +210,7 @@ pub(crate) async fn create(
         resume: false,
         ready: false,
         title_locked: false,
+        nested: None,
     };
     let tx = spawn(inner, init)?;
     let (reply, rx) = oneshot::channel();
@@ -261,7 +266,7 @@ fn live_spelling(
 }
 
 /// A remembered session's status flags; idle with none when nothing is remembered.
-fn status_of(record: Option<&crate::sessionstore::SessionRecord>) -> u32 {
+fn status_of(record: Option<&SessionRecord>) -> u32 {
     let mut status = SessionStatus::Idle.bits();
     if let Some(r) = record {
         if r.is_read {
@@ -310,14 +315,19 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             .collect()
     };
     for agent in candidates {
-        let Some(row) = agent.find(&id).await else {
-            continue;
-        };
-        let turns = agent.transcript(&id).await.unwrap_or_default();
         let provider = agent.descriptor().provider;
         let record = remembered
             .clone()
             .or_else(|| inner.store.as_ref().and_then(|s| s.by_id(&provider, &id)));
+        // A session in a machine is known by its record: its agent here never held it.
+        let found = match record.as_ref().and_then(SessionRecord::nested_row) {
+            Some(row) => Some(row),
+            None => agent.find(&id).await,
+        };
+        let Some(row) = found else {
+            continue;
+        };
+        let turns = agent.transcript(&id).await.unwrap_or_default();
         let mut dirs = row.working_directories.clone();
         if dirs.is_empty()
             && let Some(r) = &record
@@ -328,6 +338,11 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         let config = match record.as_ref().map(|r| &r.config) {
             Some(values) => crate::config::resolve(agent.as_ref(), dir.as_deref(), Some(values))
                 .or_else(|e| {
+                    // A session in a machine never falls back to this host's defaults: it
+                    // would run here (no computer plugin now, say).
+                    if record.as_ref().is_some_and(|r| r.nested.is_some()) {
+                        return Err(e);
+                    }
                     tracing::warn!(
                         session = %session_uri,
                         "the remembered configuration is refused now ({}); using the defaults",
@@ -358,6 +373,10 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
             turns,
             resume: true,
             ready: true,
+            nested: record
+                .as_ref()
+                .and_then(|r| r.nested.as_ref())
+                .map(|n| (n.machine.clone(), n.inner_provider.clone())),
             agent,
         };
         return match spawn(inner, init) {
@@ -410,6 +429,7 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
             // A past session from the catalogue, under a remembered spelling or
             // `<provider>:/<id>`.
             let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+            let nested = remembered.as_ref().is_some_and(|r| r.nested.is_some());
             let (scheme, id) = match remembered {
                 Some(r) => (r.provider, r.backend_id),
                 None => (
@@ -422,7 +442,7 @@ pub(crate) async fn dispose(inner: &Arc<HostInner>, uri: &str) -> Result<(), Rpc
             let agent = inner
                 .agent(Some(&scheme))
                 .ok_or_else(|| RpcError::session_not_found(uri))?;
-            if agent.find(&id).await.is_none() {
+            if !nested && agent.find(&id).await.is_none() {
                 return Err(RpcError::session_not_found(uri));
             }
             (scheme, id, false)

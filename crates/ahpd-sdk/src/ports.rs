@@ -5,4 +5,4 @@
 pub use crate::filestore::FileSessionStore;
 pub use crate::inner::{ConnInfo, Extension};
 pub use crate::resource_port::{ResourceProvider, Resources};
-pub use crate::sessionstore::{SessionRecord, SessionStore, SessionStoreError};
+pub use crate::sessionstore::{NestedRecord, SessionRecord, SessionStore, SessionStoreError};

@@ -243,6 +243,7 @@ mod tests {
             is_archived: false,
             config: Default::default(),
             working_directories: Vec::new(),
+            nested: None,
         }
     }
 

@@ -32,6 +32,39 @@ pub struct SessionRecord {
     /// `file:` URIs of the session's working folders.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub working_directories: Vec<String>,
+    /// Set when the session runs in a machine: its conversation lives there, so this record is
+    /// what the catalogue shows of it while no inner host runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<NestedRecord>,
+}
+
+impl SessionRecord {
+    /// The catalogue row of a session in a machine, from what its record keeps.
+    pub(crate) fn nested_row(&self) -> Option<crate::agent::PastSession> {
+        let n = self.nested.as_ref()?;
+        Some(crate::agent::PastSession {
+            id: self.backend_id.clone(),
+            title: n.title.clone(),
+            created_at: self.created_at.clone(),
+            modified_at: n.modified_at.clone(),
+            working_directories: self.working_directories.clone(),
+        })
+    }
+}
+
+/// What the host keeps of a session whose conversation lives in a machine, to list and open
+/// it again without asking the machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NestedRecord {
+    /// The machine's id (`computer://<id>`).
+    pub machine: String,
+    /// The provider serving the conversation inside.
+    pub inner_provider: String,
+    /// The title the host inside gave the session.
+    pub title: String,
+    /// When the session last changed (RFC 3339).
+    pub modified_at: String,
 }
 
 /// Why a session store could not be read or written. Every message names the file (or store)

@@ -10,7 +10,7 @@ use ahp_types::state::*;
 use crate::actor::Actor;
 use crate::reduce::chat_summary_of;
 use crate::root;
-use crate::sessionstore::SessionRecord;
+use crate::sessionstore::{NestedRecord, SessionRecord};
 
 impl Actor {
     /// Keep `session.chats[]` and the session activity line in step with a chat's state.
@@ -84,12 +84,7 @@ impl Actor {
         }
         status |=
             self.state.status & (SessionStatus::IsRead.bits() | SessionStatus::IsArchived.bits());
-        let modified_at = self
-            .chats
-            .values()
-            .map(|c| c.state.modified_at.clone())
-            .max()
-            .unwrap_or_else(|| self.created_at.clone());
+        let modified_at = self.modified_at();
         SessionSummary {
             provider: self.state.provider.clone(),
             title: self.state.title.clone(),
@@ -157,6 +152,7 @@ impl Actor {
         if !any {
             return;
         }
+        let remember = old.modified_at != now.modified_at || old.title != now.title;
         self.catalogue = Some(now.clone());
         if let Ok(mut reg) = self.inner.registry.lock()
             && let Some(e) = reg.sessions.get_mut(&*self.uri)
@@ -173,6 +169,25 @@ impl Actor {
                 .hub
                 .notify(root::ROOT, "root/sessionSummaryChanged", &v);
         }
+        // A session in a machine is listed from its record after a restart, so its record
+        // follows its title and last change.
+        if remember && self.nested_at().is_some() {
+            self.remember();
+        }
+    }
+
+    /// When the session last changed: its newest chat's change, else its creation.
+    fn modified_at(&self) -> String {
+        self.chats
+            .values()
+            .map(|c| c.state.modified_at.clone())
+            .max()
+            .unwrap_or_else(|| self.created_at.clone())
+    }
+
+    /// `(machine, inner provider)` when the session's conversation lives in a machine.
+    fn nested_at(&self) -> Option<(String, String)> {
+        self.view.nested.lock().ok()?.clone()
     }
 }
 
@@ -222,6 +237,14 @@ impl Actor {
                 .map(|c| c.values.clone())
                 .unwrap_or_default(),
             working_directories: self.state.working_directories.clone().unwrap_or_default(),
+            nested: self
+                .nested_at()
+                .map(|(machine, inner_provider)| NestedRecord {
+                    machine,
+                    inner_provider,
+                    title: self.state.title.clone(),
+                    modified_at: self.modified_at(),
+                }),
         });
     }
 }

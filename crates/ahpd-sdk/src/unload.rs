@@ -150,6 +150,9 @@ pub(crate) fn soon(inner: &Arc<HostInner>) {
 /// so a session unloaded now can be opened again.
 pub(crate) async fn reopenable(inner: &Arc<HostInner>, uri: &str) -> bool {
     let remembered = inner.store.as_ref().and_then(|s| s.get(uri));
+    if remembered.as_ref().is_some_and(|r| r.nested.is_some()) {
+        return true;
+    }
     let (scheme, id) = match remembered {
         Some(r) => (r.provider, r.backend_id),
         None => (

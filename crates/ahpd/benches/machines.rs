@@ -3,9 +3,10 @@
 //! baseline measured in the same run. Skipped (with a line) where no engine answers.
 //!
 //! `cargo bench -p ahpd --bench machines` (release build). `AHPD_BENCH_SAMPLES` sets the
-//! number of warm samples (default 10; cold ones are half as many). `nested_turn_overhead`
-//! needs the fake engine of `testkit`, which this bench does not use yet: it prints that it is
-//! skipped. Every container and volume the bench's daemon made is removed at the end.
+//! number of warm samples (default 10; cold ones are half as many). `nested_turn_overhead` runs
+//! first and everywhere, on `testkit::FakeEngine` (the inner host a real process of this build);
+//! `AHPD_BENCH_TURNS` sets its turns per session (default 1,000). Every container and volume the
+//! bench's daemon made on the real engine is removed at the end.
 
 #![allow(clippy::unwrap_used)]
 
@@ -291,6 +292,160 @@ async fn first_delta(client: &Client, session: &str, turn: &str) -> Option<f64> 
     }
 }
 
+/// Runs turns on a session whose chat `sub` follows and times each from its start to its
+/// `chat/turnComplete`, in ms; `None` when one fails.
+async fn turn_times(
+    client: &Client,
+    sub: &mut ahp::SessionSubscription,
+    session: &str,
+    label: &str,
+    turns: usize,
+) -> Option<Vec<f64>> {
+    let chat = default_chat(session);
+    let mut times = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let turn = format!("{label}{i}");
+        let t = Instant::now();
+        client
+            .notify(
+                "dispatchAction",
+                json!({ "channel": chat, "clientSeq": i, "action": {
+                    "type": "chat/turnStarted", "turnId": turn,
+                    "startedAt": jiff::Timestamp::now().to_string(),
+                    "message": { "text": "one delta", "origin": { "kind": "user" } },
+                }}),
+            )
+            .await
+            .ok()?;
+        let done = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(ev) = sub.recv().await {
+                if let ahp::SubscriptionEvent::Action(env) = ev {
+                    let v = serde_json::to_value(&env.action).unwrap_or(Value::Null);
+                    if v["turnId"] != turn {
+                        continue;
+                    }
+                    match v["type"].as_str() {
+                        Some("chat/turnComplete") => return true,
+                        Some("chat/error" | "chat/turnCancelled") => return false,
+                        _ => {}
+                    }
+                }
+            }
+            false
+        })
+        .await;
+        if done != Ok(true) {
+            return None;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Some(times)
+}
+
+/// `nested_turn_overhead`: echo turns through the proxy to an inner host (a machine of
+/// `testkit::FakeEngine`, whose execs are host processes of this build) against the same turns
+/// on echo run on the host, by the same daemon, in one run.
+async fn turn_overhead(turns: usize) {
+    const IMAGE: &str = "ahpd-test/glibc:1";
+    let engine = testkit::FakeEngine::start().unwrap();
+    engine.image(testkit::FakeImage::new(IMAGE));
+    let dir = tempfile::tempdir().unwrap();
+    let (home, xdg) = (dir.path().join("home"), dir.path().join("xdg"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(xdg.join("ahpd")).unwrap();
+    std::fs::write(
+        xdg.join("ahpd").join("config.json"),
+        json!({ "plugins": [
+            "@ahpd/agent-echo",
+            { "name": "@ahpd/computer", "options": {
+                "engine": engine.uri(), "pull": "never", "image": IMAGE } }
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--port", "0", "--without-connection-token"])
+        .env_clear()
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .current_dir(&home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut d = Daemon {
+        address: line
+            .trim()
+            .strip_prefix("ahpd listening on ")
+            .unwrap()
+            .to_owned(),
+        child,
+        dir,
+    };
+    let client = connect(&d.address).await;
+    let _: Value = client
+        .request(
+            "resourceWrite",
+            json!({ "channel": "ahp-root://", "uri": "computer://box", "data": "{}",
+                    "encoding": "utf-8", "createOnly": true }),
+        )
+        .await
+        .unwrap();
+    let mut sessions = Vec::new();
+    for computer in ["", "computer://box"] {
+        let uri = format!("echo:/{}", uuid::Uuid::new_v4());
+        let _: Value = client
+            .request(
+                "createSession",
+                json!({ "channel": uri, "provider": "echo", "config": { "computer": computer } }),
+            )
+            .await
+            .unwrap();
+        let (_, sub) = client.subscribe(default_chat(&uri)).await.unwrap();
+        sessions.push((uri, sub));
+    }
+    // Alternating blocks of 100, so a change of load falls on both alike.
+    let (mut host, mut nested) = (Vec::new(), Vec::new());
+    let mut left = turns;
+    let mut block = 0;
+    while left > 0 {
+        let n = left.min(100);
+        for (k, (uri, sub)) in sessions.iter_mut().enumerate() {
+            let label = format!("b{block}s{k}t");
+            let Some(t) = turn_times(&client, sub, uri, &label, n).await else {
+                println!("nested_turn_overhead skipped: a turn failed");
+                d.stop();
+                return;
+            };
+            if k == 0 {
+                host.extend(t)
+            } else {
+                nested.extend(t)
+            }
+        }
+        left -= n;
+        block += 1;
+    }
+    drop(sessions);
+    drop(client);
+    d.stop();
+    let (n, h) = (median(nested), median(host));
+    row(
+        "nested_turn_overhead",
+        n,
+        "ms",
+        "echo on the host",
+        h,
+        &format!("   added per turn {:+.3} ms   median of {turns}", n - h),
+    );
+}
+
 /// The default chat's URI of a session, as the daemon names it.
 fn default_chat(session: &str) -> String {
     ahpd_sdk::util::default_chat_uri(session)
@@ -485,6 +640,11 @@ async fn first_turn(d: &mut Daemon, sessions: &[String], image: &str, endpoint: 
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
+        let turns: usize = std::env::var("AHPD_BENCH_TURNS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1000);
+        turn_overhead(turns).await;
         let docker = match Docker::connect_with_unix(
             "/var/run/docker.sock",
             10,
@@ -519,7 +679,6 @@ fn main() {
         ready_cold(&docker, &client, &image, samples.div_ceil(2)).await;
         let sessions = ready_warm(&docker, &client, samples).await;
         idle_rss(outer_idle);
-        println!("nested_turn_overhead skipped: it needs testkit's FakeEngine, not in this build");
         drop(client);
         first_turn(&mut d, &sessions[..sessions.len().min(5)], &image, &url).await;
         let host = d.host_id();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ahpd_sdk::error::RpcError;
 use ahpd_sdk::machine::ComputerPort;
-use ahpd_sdk::nested::NestedAgent;
+use ahpd_sdk::nested::{NestedAgent, NestedIndex};
 use ahpd_sdk::plugin::{SecretError, SecretReader};
 use ahpd_sdk::ports::{ConnInfo, Extension};
 use ahpd_sdk::{Agent, HostHandle};
@@ -69,7 +69,7 @@ pub struct AgentsChannel {
     /// Where the sessions of the agents handed to the host are tracked (closed at shutdown).
     live: Arc<LiveSessions>,
     /// The machines port and how long an inner host has to answer, when a plugin gave one.
-    computers: Option<(Arc<dyn ComputerPort>, Duration)>,
+    computers: Option<(Arc<dyn ComputerPort>, Duration, Arc<NestedIndex>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,18 +111,24 @@ impl AgentsChannel {
         }
     }
 
-    /// Lets sessions of agents that run nested run in machines through this port.
-    pub fn with_computers(mut self, port: Arc<dyn ComputerPort>, start_timeout: Duration) -> Self {
-        self.computers = Some((port, start_timeout));
+    /// Lets sessions of agents that run nested run in machines through this port; `index`
+    /// knows the machines of their sessions, across the agents built again.
+    pub fn with_computers(
+        mut self,
+        port: Arc<dyn ComputerPort>,
+        start_timeout: Duration,
+        index: Arc<NestedIndex>,
+    ) -> Self {
+        self.computers = Some((port, start_timeout, index));
         self
     }
 
     /// Wraps an agent so a session may name a machine; `plugin` registered it.
     fn nest(&self, agent: Arc<dyn Agent>, plugin: Option<String>) -> Arc<dyn Agent> {
         match &self.computers {
-            Some((port, timeout)) => {
-                Arc::new(NestedAgent::new(agent, port.clone(), plugin, *timeout))
-            }
+            Some((port, timeout, index)) => Arc::new(
+                NestedAgent::new(agent, port.clone(), plugin, *timeout).with_index(index.clone()),
+            ),
             None => agent,
         }
     }
@@ -150,7 +156,7 @@ impl AgentsChannel {
             keyed.push((order, 1, id.clone(), agent));
         }
         keyed.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
-        if let Some((port, _)) = &self.computers {
+        if let Some((port, _, _)) = &self.computers {
             port.nested_agents(
                 keyed
                     .iter()

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ahpd_sdk::ahp_types::common::JsonObject;
 use ahpd_sdk::machine::{COMPUTER_KEY, ComputerPort, KeptSession};
+use ahpd_sdk::nested::NestedIndex;
 use ahpd_sdk::ports::{ResourceProvider, SessionStore};
 use serde_json::Value;
 
@@ -117,11 +118,12 @@ impl Extras {
     }
 }
 
-/// Hands the machines port the kept sessions that name machines, in the background.
-pub fn adopt(port: Arc<dyn ComputerPort>, store: &dyn SessionStore) {
-    let kept: Vec<KeptSession> = store
-        .load()
-        .unwrap_or_default()
+/// Hands the machines port the kept sessions that name machines, in the background, and tells
+/// `nested` where their conversations live.
+pub fn adopt(port: Arc<dyn ComputerPort>, store: &dyn SessionStore, nested: &NestedIndex) {
+    let records = store.load().unwrap_or_default();
+    nested.learn(&records);
+    let kept: Vec<KeptSession> = records
         .into_iter()
         .filter_map(|r| {
             let computer = r.config.get(COMPUTER_KEY)?.as_str()?;

@@ -434,8 +434,9 @@ pub(crate) async fn build_host(
     mcp.start_eager();
     live.set_mcp(mcp);
     let mut channel = AgentsChannel::new(store, engines, fixed, live.clone());
+    let nested = Arc::new(ahpd_sdk::nested::NestedIndex::default());
     if let Some(port) = &extras.computers {
-        channel = channel.with_computers(port.clone(), extras.start_timeout);
+        channel = channel.with_computers(port.clone(), extras.start_timeout, nested.clone());
         live.set_computers(port.clone());
     }
     let channel = Arc::new(channel);
@@ -477,7 +478,7 @@ pub(crate) async fn build_host(
         let sessions = FileSessionStore::open(loc.sessions())
             .map_err(|e| ServeError::Runtime(e.to_string()))?;
         if let Some(port) = &extras.computers {
-            crate::machines::adopt(port.clone(), &sessions);
+            crate::machines::adopt(port.clone(), &sessions, &nested);
         }
         builder = builder.session_store(Arc::new(sessions));
     }

@@ -5,13 +5,14 @@
 //! streams, and carries turns, approvals, answers and configuration across.
 
 mod connect;
-mod dispose;
+mod index;
+mod inside;
 mod session;
 mod transport;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ahp_types::commands::SessionConfigValueItem;
@@ -25,6 +26,7 @@ use crate::agent::{
 };
 use crate::machine::{COMPUTER_KEY, ComputerPort, MachineNeed};
 
+pub use index::NestedIndex;
 pub use session::NestedSession;
 
 /// How long an inner host has to answer `initialize` by default.
@@ -36,8 +38,9 @@ pub struct NestedAgent {
     port: Arc<dyn ComputerPort>,
     plugin: Option<String>,
     start_timeout: Duration,
-    /// Machines of the sessions opened here, by backend id, so a dispose can leave them.
-    machines: Mutex<BTreeMap<String, (String, String)>>,
+    /// Where the sessions of this daemon's nested agents live, so a past one's transcript and
+    /// disposal reach its machine.
+    index: Arc<NestedIndex>,
 }
 
 impl NestedAgent {
@@ -53,16 +56,39 @@ impl NestedAgent {
             port,
             plugin,
             start_timeout,
-            machines: Mutex::new(BTreeMap::new()),
+            index: Arc::new(NestedIndex::default()),
         }
     }
 
-    fn remember(&self, backend_id: &str, machine: &str, session: &str) {
-        if let Ok(mut m) = self.machines.lock() {
-            m.insert(
-                backend_id.to_owned(),
-                (machine.to_owned(), session.to_owned()),
-            );
+    /// Shares `index` with the other agents of the daemon, so sessions found after a restart
+    /// (and those another instance of this agent opened) are known here.
+    pub fn with_index(mut self, index: Arc<NestedIndex>) -> Self {
+        self.index = index;
+        self
+    }
+
+    fn provider(&self) -> String {
+        self.inner.descriptor().provider
+    }
+
+    /// What names a conversation of this agent that lives in a machine, for one question to an
+    /// inner host started there.
+    fn inside<'a>(
+        &'a self,
+        plugin: &'a str,
+        provider: &'a str,
+        place: &'a index::Placed,
+        backend_id: &'a str,
+    ) -> inside::Inside<'a> {
+        inside::Inside {
+            port: &self.port,
+            agent: &self.inner,
+            plugin,
+            provider,
+            machine: &place.machine,
+            backend_id,
+            folder: place.folder.clone(),
+            timeout: self.start_timeout,
         }
     }
 }
@@ -138,6 +164,7 @@ impl Agent for NestedAgent {
             )));
         };
         let provider = self.inner.descriptor().provider;
+        let folder = start.working_directory.clone();
         let session = NestedSession::open(session::Opening {
             port: self.port.clone(),
             agent: self.inner.clone(),
@@ -148,10 +175,14 @@ impl Agent for NestedAgent {
             start_timeout: self.start_timeout,
         })
         .await?;
-        self.remember(
+        self.index.put(
+            &self.provider(),
             &session.backend_id(),
-            session.machine(),
-            session.session_uri(),
+            index::Placed {
+                machine: session.machine().to_owned(),
+                session: session.session_uri().to_owned(),
+                folder,
+            },
         );
         Ok(Box::new(session))
     }
@@ -177,31 +208,42 @@ impl Agent for NestedAgent {
     }
 
     async fn transcript(&self, id: &str) -> Option<Vec<Turn>> {
-        self.inner.transcript(id).await
+        let provider = self.provider();
+        let Some(place) = self.index.get(&provider, id) else {
+            return self.inner.transcript(id).await;
+        };
+        let plugin = self.plugin.as_deref()?;
+        if !self.port.running(&place.machine).await {
+            tracing::info!(
+                machine = %place.machine,
+                session = %place.session,
+                "computer://{} is not running: the session opens with no turns, and its next turn starts the machine",
+                place.machine
+            );
+            return Some(Vec::new());
+        }
+        inside::transcript_inside(self.inside(plugin, &provider, &place, id)).await
     }
 
     async fn unfinished(&self, id: &str) -> bool {
+        // A conversation in a machine is not this host's agent's to look at; what it left
+        // unfinished is taken up inside at its next turn.
+        if self.index.get(&self.provider(), id).is_some() {
+            return false;
+        }
         self.inner.unfinished(id).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
-        let machine = self.machines.lock().ok().and_then(|mut m| m.remove(id));
-        if let Some((machine, session)) = machine {
+        let provider = self.provider();
+        if let Some(place) = self.index.take(&provider, id) {
             // The conversation inside goes first, while the machine is surely still there
-            // (leaving may arm a disposable machine's removal).
+            // (leaving may arm a disposable machine's removal). A machine that is gone says
+            // so in a line, and the session goes anyway.
             if let Some(plugin) = &self.plugin {
-                dispose::dispose_inside(dispose::Inside {
-                    port: &self.port,
-                    agent: &self.inner,
-                    plugin,
-                    provider: &self.inner.descriptor().provider,
-                    machine: &machine,
-                    backend_id: id,
-                    timeout: self.start_timeout,
-                })
-                .await;
+                inside::dispose_inside(self.inside(plugin, &provider, &place, id)).await;
             }
-            self.port.leave(&machine, &session).await;
+            self.port.leave(&place.machine, &place.session).await;
             return Ok(());
         }
         self.inner.delete(id).await

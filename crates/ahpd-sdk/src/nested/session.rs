@@ -110,6 +110,9 @@ impl NestedSession {
                 return Err(AgentError::Failed(sentence));
             }
         };
+        // The record keeps where the conversation lives, to find it again after a restart.
+        let inner_provider = conn.session.split_once(':').map_or("", |(p, _)| p);
+        start.ctx.note_nested(&machine, inner_provider);
         let (tx, rx) = mpsc::unbounded_channel();
         let session_uri = start.session_uri.clone();
         tokio::spawn(drive(link, Some(conn), rx, mutable.clone()));

@@ -335,6 +335,34 @@ fn case_27_configuration_changes_and_what_is_not_carried() {
             )
             .await;
         assert_eq!(rpc(&r).0, -32602, "{:?}", rpc(&r));
+        // Nor is a rewind: the proxy refuses it with its sentence.
+        let chat = ahpd_sdk::util::default_chat_uri(&uri);
+        let (_, mut sub) = client.subscribe(chat.clone()).await.unwrap();
+        client
+            .notify(
+                "dispatchAction",
+                json!({ "channel": chat, "clientSeq": 3, "action": { "type": "chat/truncated" } }),
+            )
+            .await
+            .unwrap();
+        let reason = loop {
+            match sub.recv().await {
+                Some(ahp::SubscriptionEvent::Action(env))
+                    if matches!(
+                        env.action,
+                        ahp_types::actions::StateAction::ChatTruncated(_)
+                    ) =>
+                {
+                    break env.rejection_reason;
+                }
+                Some(_) => {}
+                None => panic!("the chat ended before the rewind was answered"),
+            }
+        };
+        assert_eq!(
+            reason.as_deref(),
+            Some("a session in a machine cannot be forked or rewound in this version")
+        );
     });
 }
 
