@@ -86,12 +86,21 @@ pub fn client_builder(network: &Network) -> Result<reqwest::ClientBuilder, Agent
     Ok(b)
 }
 
-/// The provider's client: [`client_builder`] with the connect limit.
+/// Idle connections a provider's client keeps per host for later requests.
+///
+/// A kept connection saves the next request a connect and TLS handshake, but it also keeps the
+/// read buffer its last stream grew (a fast stream grows it to a few hundred kilobytes). After
+/// a burst of sessions streaming at once, keeping every connection held about 0.3 MiB a session
+/// for the client's idle time (90 s); a handful serves the sessions one person runs.
+const IDLE_CONNECTIONS_PER_HOST: usize = 8;
+
+/// The provider's client: [`client_builder`] with the connect limit and the idle connections
+/// it keeps ([`IDLE_CONNECTIONS_PER_HOST`]).
 pub(crate) fn build_client(
     limits: &TimeLimits,
     network: &Network,
 ) -> Result<reqwest::Client, AgentError> {
-    let mut b = client_builder(network)?;
+    let mut b = client_builder(network)?.pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST);
     if let Some(c) = limits.connect {
         b = b.connect_timeout(c);
     }
