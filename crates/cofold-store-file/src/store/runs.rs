@@ -95,10 +95,36 @@ impl Inner {
     /// append, and a log whose file was deleted meanwhile is looked up again, which fails as
     /// it did.
     pub(crate) fn append_event(&self, event: &Event, tail: &mut Tail) -> Result<(), AgentError> {
-        let mut log = match tail.log.take() {
+        let log = match tail.log.take() {
             Some(log) if log.appender.still_named() => log,
             _ => self.open_log(event)?,
         };
+        self.append_through(log, event, tail)
+    }
+
+    /// [`Inner::append_event`] through the log held open since the previous event, when there
+    /// is one and `event` is not a boundary: no look-up, no open, no sync, so nothing that waits
+    /// on the disk. `None` when the full path must be taken.
+    pub(crate) fn append_held(
+        &self,
+        event: &Event,
+        tail: &mut Tail,
+    ) -> Option<Result<(), AgentError>> {
+        if is_boundary(&event.body) {
+            return None;
+        }
+        let log = tail.log.take_if(|log| log.appender.still_named())?;
+        Some(self.append_through(log, event, tail))
+    }
+
+    /// Checks the writer lock and the sequence, appends, and keeps the log open unless the
+    /// event is a boundary.
+    fn append_through(
+        &self,
+        mut log: OpenLog,
+        event: &Event,
+        tail: &mut Tail,
+    ) -> Result<(), AgentError> {
         lock::fence_seen(
             &log.session,
             &event.session_id,
@@ -120,24 +146,6 @@ impl Inner {
             tail.log = Some(log);
         }
         Ok(())
-    }
-
-    /// [`Inner::append_event`] through the log held open since the previous event, when there
-    /// is one and `event` is not a boundary: no look-up, no open, no sync, so nothing that waits
-    /// on the disk. `None` when the full path must be taken.
-    pub(crate) fn append_held(
-        &self,
-        event: &Event,
-        tail: &mut Tail,
-    ) -> Option<Result<(), AgentError>> {
-        let held = tail
-            .log
-            .as_ref()
-            .is_some_and(|log| log.appender.still_named());
-        if !held || is_boundary(&event.body) {
-            return None;
-        }
-        Some(self.append_event(event, tail))
     }
 
     /// Looks the run up and opens its event log for appending.
