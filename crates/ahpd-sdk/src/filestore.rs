@@ -63,8 +63,9 @@ struct FileIn {
 /// disk, then renamed over the store.
 ///
 /// Several hosts may share one file (two daemons on one configuration folder). A save holds an
-/// advisory lock on `.<file>.lock` beside it, reads the file again, and keeps the sessions this
-/// store has never seen: they belong to another host. What it writes for its own sessions
+/// advisory lock on `.<file>.lock` beside it, reads the file again when it is no longer the one
+/// this store last wrote, and keeps the sessions this store has never seen: they belong to
+/// another host. What it writes for its own sessions
 /// replaces theirs, and a session it loaded or saved before and no longer has is gone.
 #[derive(Debug)]
 pub struct FileSessionStore {
