@@ -19,7 +19,31 @@ const VERSION: u64 = 1;
 #[derive(Serialize)]
 struct FileOut<'a> {
     version: u64,
-    sessions: &'a [SessionRecord],
+    sessions: &'a [&'a SessionRecord],
+}
+
+/// What identifies one version of the file: every save writes a new file and renames it into
+/// place, so a file still carrying the stamp of this store's last save was not written since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let meta = fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(Stamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -39,8 +63,9 @@ struct FileIn {
 /// disk, then renamed over the store.
 ///
 /// Several hosts may share one file (two daemons on one configuration folder). A save holds an
-/// advisory lock on `.<file>.lock` beside it, reads the file again, and keeps the sessions this
-/// store has never seen: they belong to another host. What it writes for its own sessions
+/// advisory lock on `.<file>.lock` beside it, reads the file again when it is no longer the one
+/// this store last wrote, and keeps the sessions this store has never seen: they belong to
+/// another host. What it writes for its own sessions
 /// replaces theirs, and a session it loaded or saved before and no longer has is gone.
 #[derive(Debug)]
 pub struct FileSessionStore {
@@ -49,6 +74,10 @@ pub struct FileSessionStore {
     blocked: Mutex<Option<String>>,
     /// The URIs this store loaded or last saved: its own, as against another host's.
     seen: Mutex<HashSet<String>>,
+    /// The file as this store last wrote it; while it is still so, a save need not read it
+    /// for another host's sessions (reading and parsing every session once a second was most
+    /// of what a save cost, in time and in memory).
+    written: Mutex<Option<Stamp>>,
     temp_counter: AtomicU64,
 }
 
@@ -82,6 +111,7 @@ impl FileSessionStore {
             path,
             blocked: Mutex::new(None),
             seen: Mutex::new(HashSet::new()),
+            written: Mutex::new(None),
             temp_counter: AtomicU64::new(0),
         })
     }
@@ -91,17 +121,22 @@ impl FileSessionStore {
         &self.path
     }
 
-    fn remember(&self, records: &[SessionRecord]) {
+    fn remember<'a>(&self, records: impl IntoIterator<Item = &'a SessionRecord>) {
         if let Ok(mut seen) = self.seen.lock() {
-            *seen = records.iter().map(|r| r.uri.clone()).collect();
+            seen.clear();
+            seen.extend(records.into_iter().map(|r| r.uri.clone()));
         }
     }
 
     /// The sessions in the file now that this store has never seen and is not about to write.
     fn others_on_disk(
         &self,
-        records: &[SessionRecord],
+        records: &[&SessionRecord],
     ) -> Result<Vec<SessionRecord>, SessionStoreError> {
+        let last = self.written.lock().ok().and_then(|w| w.clone());
+        if last.is_some() && last == Stamp::of(&self.path) {
+            return Ok(Vec::new());
+        }
         let on_disk = match self.read_file() {
             Ok(sessions) => sessions,
             // Another host left something that is not a store: it was moved aside; nothing
@@ -169,7 +204,7 @@ impl SessionStore for FileSessionStore {
         Ok(sessions)
     }
 
-    fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
+    fn save(&self, records: &[&SessionRecord]) -> Result<(), SessionStoreError> {
         if let Some(reason) = self.blocked.lock().ok().and_then(|b| b.clone()) {
             return Err(SessionStoreError::Refused {
                 path: self.path.clone(),
@@ -184,9 +219,14 @@ impl SessionStore for FileSessionStore {
             })?;
         let others = self.others_on_disk(records)?;
         let mut all = records.to_vec();
-        all.extend(others);
+        all.extend(others.iter());
         self.write_file(&all)?;
-        self.remember(records);
+        // Another host's sessions kept in the file are not held here: the next save must read
+        // them again.
+        if let Ok(mut written) = self.written.lock() {
+            *written = others.is_empty().then(|| Stamp::of(&self.path)).flatten();
+        }
+        self.remember(records.iter().copied());
         Ok(())
     }
 }
@@ -227,12 +267,7 @@ impl FileSessionStore {
         Ok(file.sessions)
     }
 
-    fn write_file(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
-        let text = serde_json::to_vec_pretty(&FileOut {
-            version: VERSION,
-            sessions: records,
-        })
-        .map_err(|e| SessionStoreError::Other(e.to_string()))?;
+    fn write_file(&self, records: &[&SessionRecord]) -> Result<(), SessionStoreError> {
         let write_err = |source| SessionStoreError::Write {
             path: self.path.clone(),
             source,
@@ -250,9 +285,15 @@ impl FileSessionStore {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
         let result = (|| {
-            let mut f = private_file(&temp)?;
-            f.write_all(&text)?;
-            f.write_all(b"\n")?;
+            // Written as it is serialised, so a save holds no text of the whole file.
+            let mut out = std::io::BufWriter::new(private_file(&temp)?);
+            let file = FileOut {
+                version: VERSION,
+                sessions: records,
+            };
+            serde_json::to_writer_pretty(&mut out, &file).map_err(std::io::Error::other)?;
+            out.write_all(b"\n")?;
+            let f = out.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()?;
             drop(f);
             fs::rename(&temp, &self.path)?;
@@ -348,7 +389,7 @@ mod tests {
         let path = dir.path().join("nested").join("sessions.json");
         let store = FileSessionStore::open(&path).unwrap();
         assert!(store.load().unwrap().is_empty(), "a missing file is empty");
-        store.save(&[record("mock:/abc")]).unwrap();
+        store.save(&[&record("mock:/abc")]).unwrap();
         assert_eq!(store.load().unwrap(), vec![record("mock:/abc")]);
         #[cfg(unix)]
         {
@@ -392,13 +433,13 @@ mod tests {
         let b = FileSessionStore::open(&path).unwrap();
         assert!(a.load().unwrap().is_empty());
         assert!(b.load().unwrap().is_empty());
-        a.save(&[record("mock:/a1")]).unwrap();
-        b.save(&[record("mock:/b1")]).unwrap();
+        a.save(&[&record("mock:/a1")]).unwrap();
+        b.save(&[&record("mock:/b1")]).unwrap();
         assert_eq!(uris_in(&path), ["mock:/a1", "mock:/b1"]);
         // A host's change to its own session replaces the record; the other's stays.
         let mut renamed = record("mock:/a1");
         renamed.title = Some("Renamed".into());
-        a.save(&[renamed.clone()]).unwrap();
+        a.save(&[&renamed]).unwrap();
         // A host that drops its own session removes that one only.
         b.save(&[]).unwrap();
         let left = FileSessionStore::open(&path).unwrap().load().unwrap();
@@ -408,6 +449,29 @@ mod tests {
         assert_eq!(c.load().unwrap().len(), 1);
         c.save(&[]).unwrap();
         assert!(uris_in(&path).is_empty());
+    }
+
+    #[test]
+    fn a_file_changed_since_the_last_save_is_read_again_and_one_left_alone_is_kept_as_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json");
+        let a = FileSessionStore::open(&path).unwrap();
+        a.save(&[&record("mock:/a1")]).unwrap();
+        a.save(&[&record("mock:/a1"), &record("mock:/a2")]).unwrap();
+        assert_eq!(uris_in(&path), ["mock:/a1", "mock:/a2"]);
+        // Someone writes the file in place (same file, new contents) with a session of theirs.
+        let mut text: serde_json::Value =
+            serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        let mut theirs = serde_json::to_value(record("mock:/x1")).unwrap();
+        theirs["title"] = "Theirs".into();
+        text["sessions"].as_array_mut().unwrap().push(theirs);
+        fs::write(&path, serde_json::to_vec(&text).unwrap()).unwrap();
+        a.save(&[&record("mock:/a1")]).unwrap();
+        assert_eq!(uris_in(&path), ["mock:/a1", "mock:/x1"]);
+        // Their session is in the file this store wrote, not in its own set: the next save
+        // still keeps it.
+        a.save(&[&record("mock:/a3")]).unwrap();
+        assert_eq!(uris_in(&path), ["mock:/a3", "mock:/x1"]);
     }
 
     #[test]
@@ -425,7 +489,7 @@ mod tests {
             fs::read(moved_to).unwrap(),
             b"{\"version\": 1, \"sessions\": [ {oops"
         );
-        store.save(&[record("mock:/abc")]).unwrap();
+        store.save(&[&record("mock:/abc")]).unwrap();
         assert_eq!(store.load().unwrap().len(), 1);
     }
 
@@ -439,7 +503,7 @@ mod tests {
             store.load(),
             Err(SessionStoreError::NewerVersion { version: 9, .. })
         ));
-        let err = store.save(&[record("mock:/abc")]).unwrap_err();
+        let err = store.save(&[&record("mock:/abc")]).unwrap_err();
         assert!(matches!(err, SessionStoreError::Refused { .. }), "{err}");
         assert_eq!(
             fs::read(&path).unwrap(),

@@ -2,7 +2,7 @@
 //! the replay ring. One short critical section numbers an envelope and enqueues it everywhere,
 //! so every connection sees envelopes in increasing `serverSeq` order.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,6 +10,8 @@ use ahp_types::actions::{ActionOrigin, StateAction};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::ring::{Ring, RingEntry};
 
 /// One serialised outbound message, shared by every queue it goes to.
 pub(crate) type Frame = Arc<str>;
@@ -50,29 +52,11 @@ struct ConnEntry {
     held: Vec<Frame>,
 }
 
-struct RingEntry {
-    seq: u64,
-    channel: Arc<str>,
-    envelope: Arc<str>,
-    one_zero_only: bool,
-}
-
-impl RingEntry {
-    /// The envelope text plus a fixed share for the entry and its allocation; the channel
-    /// name is shared with the subscription table, so it is not counted again.
-    fn weight(&self) -> usize {
-        self.envelope.len() + 64
-    }
-}
-
-#[derive(Default)]
 struct HubState {
     seq: u64,
     conns: HashMap<u64, ConnEntry>,
     subs: HashMap<Arc<str>, HashSet<u64>>,
-    ring: VecDeque<RingEntry>,
-    /// What the ring's entries weigh (see [`RingEntry::weight`]).
-    ring_bytes: usize,
+    ring: Ring,
 }
 
 /// What [`Hub::replay`] found.
@@ -85,8 +69,6 @@ pub(crate) enum Replay {
 
 pub(crate) struct Hub {
     state: Mutex<HubState>,
-    capacity: usize,
-    max_bytes: usize,
     /// The deepest any outbound queue has been right after an enqueue (for benchmarks and
     /// operators; one relaxed load per frame, a write only when the mark rises).
     queue_high_water: AtomicUsize,
@@ -164,9 +146,12 @@ impl Hub {
     /// `max_bytes` together (the newest envelope is always kept).
     pub(crate) fn new(capacity: usize, max_bytes: usize) -> Self {
         Self {
-            state: Mutex::new(HubState::default()),
-            capacity: capacity.max(1),
-            max_bytes,
+            state: Mutex::new(HubState {
+                seq: 0,
+                conns: HashMap::new(),
+                subs: HashMap::new(),
+                ring: Ring::new(capacity, max_bytes),
+            }),
             queue_high_water: AtomicUsize::new(0),
             full_closes: AtomicU64::new(0),
         }
@@ -342,20 +327,12 @@ impl Hub {
             }
             None => Arc::from(channel),
         };
-        let entry = RingEntry {
+        st.ring.push(RingEntry {
             seq,
             channel: key,
             envelope,
             one_zero_only: legacy_hidden,
-        };
-        st.ring_bytes += entry.weight();
-        st.ring.push_back(entry);
-        while st.ring.len() > self.capacity || (st.ring_bytes > self.max_bytes && st.ring.len() > 1)
-        {
-            if let Some(old) = st.ring.pop_front() {
-                st.ring_bytes -= old.weight();
-            }
-        }
+        });
         seq
     }
 
@@ -454,8 +431,7 @@ impl Hub {
 
     /// The replay ring's length and weight in bytes.
     pub(crate) fn ring_usage(&self) -> (usize, usize) {
-        let st = self.lock();
-        (st.ring.len(), st.ring_bytes)
+        self.lock().ring.usage()
     }
 
     /// Envelopes after `last_seen` on the given channels, or `TooOld` when the ring has lost
@@ -472,24 +448,10 @@ impl Hub {
         channels: &HashSet<&str>,
         legacy: bool,
     ) -> Replay {
-        if last_seen > st.seq {
+        if !st.ring.reaches(last_seen, st.seq) {
             return Replay::TooOld;
         }
-        if last_seen < st.seq {
-            match st.ring.front() {
-                Some(first) if first.seq <= last_seen + 1 => {}
-                _ => return Replay::TooOld,
-            }
-        }
-        let actions = st
-            .ring
-            .iter()
-            .filter(|e| e.seq > last_seen)
-            .filter(|e| channels.contains(&*e.channel))
-            .filter(|e| !(legacy && e.one_zero_only))
-            .map(|e| e.envelope.clone())
-            .collect();
-        Replay::Actions(actions)
+        Replay::Actions(st.ring.after(last_seen, channels, legacy))
     }
 }
 

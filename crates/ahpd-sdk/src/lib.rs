@@ -93,6 +93,7 @@ mod reduce;
 mod remember;
 mod resource_port;
 mod resource_routing;
+mod ring;
 mod root;
 mod rootdispatch;
 mod session;

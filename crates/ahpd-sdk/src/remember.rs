@@ -16,7 +16,8 @@ const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Records {
-    by_uri: BTreeMap<String, SessionRecord>,
+    /// Shared with a save in progress, which then needs no copy of each record.
+    by_uri: BTreeMap<String, Arc<SessionRecord>>,
     /// Bumped on every change, so a save knows whether it is still needed.
     generation: u64,
     saved_generation: u64,
@@ -46,7 +47,10 @@ impl Remembered {
                 Vec::new()
             }
         };
-        let by_uri = loaded.into_iter().map(|r| (r.uri.clone(), r)).collect();
+        let by_uri = loaded
+            .into_iter()
+            .map(|r| (r.uri.clone(), Arc::new(r)))
+            .collect();
         Arc::new(Self {
             port,
             records: Mutex::new(Records {
@@ -68,7 +72,7 @@ impl Remembered {
 
     /// The record of this exact spelling.
     pub(crate) fn get(&self, uri: &str) -> Option<SessionRecord> {
-        self.with(|r| r.by_uri.get(uri).cloned())
+        self.with(|r| r.by_uri.get(uri).map(|x| SessionRecord::clone(x)))
     }
 
     /// The record of a conversation, under whatever spelling it was remembered.
@@ -77,12 +81,12 @@ impl Remembered {
             r.by_uri
                 .values()
                 .find(|x| x.provider == provider && x.backend_id == backend_id)
-                .cloned()
+                .map(|x| SessionRecord::clone(x))
         })
     }
 
     pub(crate) fn all(&self) -> Vec<SessionRecord> {
-        self.with(|r| r.by_uri.values().cloned().collect())
+        self.with(|r| r.by_uri.values().map(|x| SessionRecord::clone(x)).collect())
     }
 
     /// Remember a session's current facts; the spelling in `record.uri` replaces any other
@@ -95,11 +99,11 @@ impl Remembered {
                     || !(x.provider == record.provider && x.backend_id == record.backend_id)
             });
             let respelled = r.by_uri.len() != before;
-            let same = r.by_uri.get(&record.uri) == Some(&record);
+            let same = r.by_uri.get(&record.uri).map(|x| &**x) == Some(&record);
             if same && !respelled {
                 return false;
             }
-            r.by_uri.insert(record.uri.clone(), record);
+            r.by_uri.insert(record.uri.clone(), Arc::new(record));
             r.generation += 1;
             true
         });
@@ -163,9 +167,12 @@ impl Remembered {
             return Ok(());
         };
         let port = self.port.clone();
-        let result = tokio::task::spawn_blocking(move || port.save(&records))
-            .await
-            .unwrap_or_else(|e| Err(SessionStoreError::Other(e.to_string())));
+        let result = tokio::task::spawn_blocking(move || {
+            let records: Vec<&SessionRecord> = records.iter().map(|r| &**r).collect();
+            port.save(&records)
+        })
+        .await
+        .unwrap_or_else(|e| Err(SessionStoreError::Other(e.to_string())));
         match &result {
             Ok(()) => {
                 self.with(|r| r.saved_generation = r.saved_generation.max(generation));
@@ -222,7 +229,7 @@ mod tests {
         fn load(&self) -> Result<Vec<SessionRecord>, SessionStoreError> {
             Ok(Vec::new())
         }
-        fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError> {
+        fn save(&self, records: &[&SessionRecord]) -> Result<(), SessionStoreError> {
             self.saves
                 .lock()
                 .unwrap()

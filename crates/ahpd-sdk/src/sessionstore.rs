@@ -144,6 +144,7 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Every record, in any order. An empty or missing store is `Ok(vec![])`.
     fn load(&self) -> Result<Vec<SessionRecord>, SessionStoreError>;
 
-    /// Replace the stored set with these records.
-    fn save(&self, records: &[SessionRecord]) -> Result<(), SessionStoreError>;
+    /// Replace the stored set with these records. They are borrowed from the host's own copy,
+    /// so a save costs no copy of every record.
+    fn save(&self, records: &[&SessionRecord]) -> Result<(), SessionStoreError>;
 }

@@ -209,7 +209,7 @@ impl Inner {
             return Err(io_error("move the forked session into", &target, &err));
         }
         sync_folder(&parent)?;
-        lock_map(&self.folders).insert(new_id.to_owned(), target);
+        lock_map(&self.folders).insert(new_id, target);
         Ok(record)
     }
 }

@@ -5,6 +5,7 @@
 //! session's guard, and event appends to one run go through that run's FIFO queue, so concurrent
 //! appends land in the order they were called.
 
+mod cache;
 mod context;
 #[cfg(test)]
 mod crash_tests;
@@ -58,7 +59,6 @@ pub struct FileStore {
     inner: Arc<Inner>,
 }
 
-type Guard = Arc<Mutex<()>>;
 type EventQueue = Arc<tokio::sync::Mutex<Tail>>;
 
 /// What a run's event queue remembers of its log between appends.
@@ -83,10 +83,10 @@ pub(crate) struct OpenLog {
 pub(crate) struct Inner {
     root: PathBuf,
     options: FileStoreOptions,
-    // Session id → its folder, found once per instance.
-    folders: Mutex<HashMap<String, PathBuf>>,
-    // Session folder → the guard of read-modify-write steps on its records.
-    guards: Mutex<HashMap<PathBuf, Guard>>,
+    // Session id → its folder, for the sessions used most recently (see `cache`).
+    folders: Mutex<cache::Folders>,
+    // Session folder → the guard of read-modify-write steps on its records, while one is used.
+    guards: cache::Guards,
     // (session, run) → the FIFO queue of its event appends, holding the last stored seq once known;
     // dropped once the run's last event (a final `run.finished`) is stored.
     queues: Mutex<HashMap<(String, String), EventQueue>>,
@@ -122,8 +122,8 @@ impl FileStore {
         let inner = Inner {
             root,
             options,
-            folders: Mutex::new(HashMap::new()),
-            guards: Mutex::new(HashMap::new()),
+            folders: Mutex::new(cache::Folders::default()),
+            guards: cache::Guards::default(),
             queues: Mutex::new(HashMap::new()),
         };
         Ok(FileStore {
@@ -182,7 +182,7 @@ impl Inner {
 
     fn locate_session(&self, session_id: &str) -> Result<Option<PathBuf>, AgentError> {
         let segment = encode_segment("session id", session_id)?;
-        let cached = lock_map(&self.folders).get(session_id).cloned();
+        let cached = lock_map(&self.folders).get(session_id);
         if let Some(folder) = cached
             && folder.join(SESSION_FILE).is_file()
         {
@@ -204,12 +204,8 @@ impl Inner {
         }
         let mut folders = lock_map(&self.folders);
         match &found {
-            Some(folder) => {
-                folders.insert(session_id.to_owned(), folder.clone());
-            }
-            None => {
-                folders.remove(session_id);
-            }
+            Some(folder) => folders.insert(session_id, folder.clone()),
+            None => folders.remove(session_id),
         }
         Ok(found)
     }
@@ -244,12 +240,8 @@ impl Inner {
     }
 
     /// The guard of read-modify-write steps on one session's records.
-    pub(crate) fn guard(&self, session_folder: &Path) -> Guard {
-        Arc::clone(
-            lock_map(&self.guards)
-                .entry(session_folder.to_path_buf())
-                .or_default(),
-        )
+    pub(crate) fn guard(&self, session_folder: &Path) -> cache::Guard<'_> {
+        self.guards.take(session_folder)
     }
 
     /// The event queue of one run.

@@ -114,7 +114,7 @@ impl Inner {
             return Err(io_error("move the new session into", &folder, &err));
         }
         sync_folder(&parent)?;
-        lock_map(&self.folders).insert(new.session_id, folder);
+        lock_map(&self.folders).insert(&new.session_id, folder);
         Ok(record)
     }
 
