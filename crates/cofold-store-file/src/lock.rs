@@ -283,6 +283,8 @@ pub(crate) fn fence(folder: &Path, session_id: &str, run_id: &str) -> Result<(),
 pub(crate) struct Stamp {
     file: Option<FileLook>,
     read_at: Instant,
+    /// When `stat` last showed the file unchanged.
+    looked_at: Instant,
 }
 
 type FileLook = (u64, u64, i64, i64, i64, i64, u64);
@@ -313,29 +315,47 @@ fn stamp_of(_path: &Path) -> Option<FileLook> {
     None
 }
 
+/// How long after a `stat` showed the lock unchanged the next append goes without one.
+///
+/// A streamed reply appends a fragment every few microseconds, and the `stat` was about a twentieth of
+/// the daemon's work per fragment. Another process takes the lock only from a holder that is
+/// dead, or (on another machine) that stopped beating for far longer than this, so a writer
+/// that was stopped meanwhile looks again at its first append after waking.
+const STAT_TRUST: Duration = Duration::from_millis(20);
+
 /// As [`fence`], for the appends of one run: a `stat` of the lock is enough while it looks as it
-/// did when `seen` was taken. Reading and parsing the lock for every streamed fragment cost more
-/// than the append itself.
+/// did when `seen` was taken, and none is made within [`STAT_TRUST`] of the last. Reading and
+/// parsing the lock for every streamed fragment cost more than the append itself.
 pub(crate) fn fence_seen(
     folder: &Path,
     session_id: &str,
     run_id: &str,
     seen: &mut Option<Stamp>,
 ) -> Result<(), AgentError> {
-    let now = stamp_of(&lock_path(folder));
-    // Elsewhere `stat` gives no inode to tell a replaced file by, so the lock is read each time.
     if cfg!(unix)
         && let Some(stamp) = seen.as_ref()
-        && stamp.file == now
+        && stamp.looked_at.elapsed() < STAT_TRUST
         && stamp.read_at.elapsed() < STAMP_TRUST
     {
         return Ok(());
     }
+    let now = stamp_of(&lock_path(folder));
+    // Elsewhere `stat` gives no inode to tell a replaced file by, so the lock is read each time.
+    if cfg!(unix)
+        && let Some(stamp) = seen.as_mut()
+        && stamp.file == now
+        && stamp.read_at.elapsed() < STAMP_TRUST
+    {
+        stamp.looked_at = Instant::now();
+        return Ok(());
+    }
     *seen = None;
     fence(folder, session_id, run_id)?;
+    let read_at = Instant::now();
     *seen = Some(Stamp {
         file: now,
-        read_at: Instant::now(),
+        read_at,
+        looked_at: read_at,
     });
     Ok(())
 }
