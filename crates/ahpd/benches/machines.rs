@@ -45,6 +45,9 @@ struct Mem {
     pss: f64,
 }
 
+/// One of [`Mem`]'s figures.
+type Part = fn(&Mem) -> f64;
+
 fn field_mb(text: &str, key: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(key))
@@ -601,7 +604,7 @@ fn idle_rss(outer: Mem) {
         return;
     }
     let n = inner.len();
-    let of = |f: fn(&Mem) -> f64| -> (f64, f64) {
+    let of = |f: Part| -> (f64, f64) {
         let v: Vec<f64> = inner.iter().map(f).collect();
         (median(v.clone()), v.iter().sum())
     };
@@ -614,7 +617,7 @@ fn idle_rss(outer: Mem) {
         outer.total,
         &format!("   {n} inner hosts in one machine: {total_sum:.1} MB in all"),
     );
-    let parts: [(&str, fn(&Mem) -> f64); 4] = [
+    let parts: [(&str, Part); 4] = [
         ("  private RssAnon", |m| m.anon),
         ("  file RssFile", |m| m.file),
         ("  shmem RssShmem", |m| m.shmem),
