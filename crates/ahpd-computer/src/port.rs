@@ -225,6 +225,15 @@ impl Computers {
         let c = self.m.ensure_running(id).await?;
         let (env, working, build) = self.launch(id, c, &start)?;
         let docker = self.m.engine.docker().await?;
+        let mut cmd = vec![
+            format!("{BIN_DIR}/{build}"),
+            "--stdio".into(),
+            "--plugin".into(),
+            start.plugin.clone(),
+        ];
+        if start.leave_unfinished {
+            cmd.push("--leave-unfinished".into());
+        }
         let exec = docker
             .create_exec(
                 id,
@@ -234,12 +243,7 @@ impl Computers {
                     attach_stderr: Some(true),
                     tty: Some(false),
                     env: Some(env),
-                    cmd: Some(vec![
-                        format!("{BIN_DIR}/{build}"),
-                        "--stdio".into(),
-                        "--plugin".into(),
-                        start.plugin.clone(),
-                    ]),
+                    cmd: Some(cmd),
                     working_dir: working.clone(),
                     ..Default::default()
                 },

@@ -174,6 +174,13 @@ impl HostBuilder {
         self
     }
 
+    /// Set whether past sessions opened for a subscription take up their unfinished work (see
+    /// [`HostOptions::take_up_unfinished`]).
+    pub fn take_up_unfinished(mut self, yes: bool) -> Self {
+        self.options.take_up_unfinished = yes;
+        self
+    }
+
     /// Serve `resourceRead`, `resourceList` and `resourceResolve` through this port.
     pub fn resources(mut self, resources: Arc<dyn Resources>) -> Self {
         self.resources = Some(resources);

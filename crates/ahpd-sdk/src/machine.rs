@@ -246,6 +246,10 @@ pub struct InnerStart {
     pub needs: BTreeMap<String, MachineNeed>,
     /// The session's first folder on the host.
     pub folder: Option<PathBuf>,
+    /// The host is started to read a conversation, not to run it: past conversations it opens
+    /// leave their unfinished runs as they are (`ahpd --stdio --leave-unfinished`), for the
+    /// session's own inner host to take up at its next turn.
+    pub leave_unfinished: bool,
 }
 
 /// How an inner host ended.

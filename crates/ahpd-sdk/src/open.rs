@@ -382,7 +382,9 @@ pub(crate) async fn open_past(inner: &Arc<HostInner>, channel: &str) -> Result<S
         return match spawn(inner, init) {
             Ok(tx) => {
                 tracing::info!(session = %session_uri, "session opened from the store");
-                open_if_unfinished(looker, id.clone(), tx);
+                if inner.options.take_up_unfinished {
+                    open_if_unfinished(looker, id.clone(), tx);
+                }
                 crate::unload::soon(inner);
                 Ok(session_uri)
             }

@@ -51,6 +51,12 @@ pub struct HostOptions {
     pub root_meta: Option<JsonObject>,
     /// `InitializeResult._meta`. Default: none.
     pub initialize_meta: Option<JsonObject>,
+    /// Whether a past session opened for a subscription has its backend opened at once when
+    /// its agent says the conversation holds unfinished work ([`crate::Agent::unfinished`]), so
+    /// that work is settled or asked again. A host started only to read a conversation turns it
+    /// off: the reading host ends soon after, and a run it had reattached would end with it.
+    /// Default: true.
+    pub take_up_unfinished: bool,
 }
 
 impl Default for HostOptions {
@@ -78,6 +84,7 @@ impl Default for HostOptions {
             idle_unload: Duration::from_secs(600),
             root_meta: None,
             initialize_meta: None,
+            take_up_unfinished: true,
         }
     }
 }

@@ -33,13 +33,39 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+/// A process's resident memory, in MB: `VmRSS` and its parts from `/proc/<pid>/status`, and
+/// `Pss` from `smaps_rollup` (each shared page counted as its share among the processes that
+/// map it, so the sum over processes is what they hold together).
+#[derive(Clone, Copy, Default)]
+struct Mem {
+    total: f64,
+    anon: f64,
+    file: f64,
+    shmem: f64,
+    pss: f64,
+}
+
+/// One of [`Mem`]'s figures.
+type Part = fn(&Mem) -> f64;
+
+fn field_mb(text: &str, key: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0) as f64
+        / 1024.0
+}
+
+fn mem(pid: u32) -> Mem {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    Mem {
+        total: field_mb(&status, "VmRSS:"),
+        anon: field_mb(&status, "RssAnon:"),
+        file: field_mb(&status, "RssFile:"),
+        shmem: field_mb(&status, "RssShmem:"),
+        pss: field_mb(&rollup, "Pss:"),
+    }
 }
 
 /// Host processes that are inner hosts (`/opt/ahpd/bin/<build> --stdio`).
@@ -569,26 +595,41 @@ async fn ready_warm(docker: &Docker, client: &Client, n: usize) -> Vec<String> {
 }
 
 /// `inner_idle_rss`: the inner hosts now open (one session each, no turn), against the
-/// outer daemon's idle memory read before any session.
-fn idle_rss(outer_idle_mb: f64) {
-    let inner: Vec<f64> = inner_pids()
-        .iter()
-        .map(|p| rss_kb(*p) as f64 / 1024.0)
-        .collect();
+/// outer daemon's idle memory read before any session; then the parts of both, and what the
+/// inner hosts of one machine hold in all.
+fn idle_rss(outer: Mem) {
+    let inner: Vec<Mem> = inner_pids().iter().map(|p| mem(*p)).collect();
     if inner.is_empty() {
         println!("inner_idle_rss       skipped: no inner host process is visible from here");
         return;
     }
-    let sum: f64 = inner.iter().sum();
     let n = inner.len();
+    let of = |f: Part| -> (f64, f64) {
+        let v: Vec<f64> = inner.iter().map(f).collect();
+        (median(v.clone()), v.iter().sum())
+    };
+    let (total, total_sum) = of(|m| m.total);
     row(
         "inner_idle_rss",
-        median(inner),
+        total,
         "MB",
         "outer daemon idle",
-        outer_idle_mb,
-        &format!("   {n} inner hosts in one machine: {sum:.1} MB in all"),
+        outer.total,
+        &format!("   {n} inner hosts in one machine: {total_sum:.1} MB in all"),
     );
+    let parts: [(&str, Part); 4] = [
+        ("  private RssAnon", |m| m.anon),
+        ("  file RssFile", |m| m.file),
+        ("  shmem RssShmem", |m| m.shmem),
+        ("  Pss", |m| m.pss),
+    ];
+    for (name, f) in parts {
+        let (median, sum) = of(f);
+        println!(
+            "{name:<20} {median:9.1} MB   outer daemon {:9.1} MB   {n} inner hosts: {sum:.1} MB in all",
+            f(&outer)
+        );
+    }
 }
 
 /// `nested_first_turn`: after a restart, a past nested session's first turn to its first
@@ -674,7 +715,7 @@ fn main() {
         let client = connect(&d.address).await;
         // Idle: listening, one client, no session yet.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let outer_idle = rss_kb(d.child.id()) as f64 / 1024.0;
+        let outer_idle = mem(d.child.id());
 
         ready_cold(&docker, &client, &image, samples.div_ceil(2)).await;
         let sessions = ready_warm(&docker, &client, samples).await;

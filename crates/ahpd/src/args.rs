@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// Set by `ahpd start` on the detached child: start a new session and write `daemon.json`.
     #[arg(long, hide = true)]
     pub detached_child: bool,
+
+    /// Set on an inner host started only to read or dispose a conversation: a past session
+    /// opened here leaves its unfinished runs as they are rather than reattaching them.
+    #[arg(long, hide = true, requires = "stdio")]
+    pub leave_unfinished: bool,
 }
 
 /// A recorded daemon's command line: a daemon run never has a subcommand (`start` is taken out

@@ -80,8 +80,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             } else {
                 logs::init("info");
             }
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+            let mut builder = if cli.run.stdio {
+                // One client and, in a machine, one session: the host's own work fits on the
+                // thread that reads its input, and an idle inner host keeps no worker threads
+                // (their stacks and allocator arenas), of which a machine may run many.
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(2);
+                b
+            };
+            let runtime = builder
                 // The file work of every session (the stores' appends, one per streamed
                 // fragment) runs on these threads; unbounded, 100 streaming sessions kept about
                 // as many threads, each with its own stack and allocator cache.

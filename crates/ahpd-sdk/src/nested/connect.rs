@@ -70,6 +70,7 @@ pub(super) async fn connect(
                 provider: link.provider.clone(),
                 needs: link.agent.machine(),
                 folder: link.folder.clone(),
+                leave_unfinished: false,
             },
         )
         .await

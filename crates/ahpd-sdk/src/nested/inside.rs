@@ -1,6 +1,7 @@
 //! One question to a conversation inside a machine, asked through an inner host started for it:
 //! its transcript when a past session is opened, its disposal when the session is deleted. The
-//! session's own inner host is not running then (the session is closed or not yet opened).
+//! session's own inner host is not running then (the session is closed or not yet opened), and
+//! the one started here leaves the conversation's unfinished work alone.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -100,6 +101,10 @@ async fn reach(i: &Inside<'_>) -> Result<Reached, String> {
                 provider: i.provider.to_owned(),
                 needs: i.agent.machine(),
                 folder: i.folder.clone(),
+                // This host ends once it has answered; a run it reattached would end with it
+                // (a pending approval stopped, a call made twice). The session's own inner
+                // host takes that work up at its next turn.
+                leave_unfinished: true,
             },
         )
         .await

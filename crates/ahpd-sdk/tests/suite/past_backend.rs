@@ -181,3 +181,28 @@ async fn an_opened_backend_with_no_turn_waiting_is_told_it_is_watched() {
     assert_eq!(opens.len(), 1, "only the unfinished one opens: {opens:?}");
     assert_eq!(opens[0].1.as_deref(), Some("paused"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_leaves_unfinished_work_opens_the_backend_only_for_a_turn() {
+    // An inner host started to read a conversation: subscribing opens nothing, so nothing is
+    // reattached that the host's end would stop; a turn still opens the backend as usual.
+    let agent = ScriptedAgent::new()
+        .with_history("paused", 1)
+        .unfinished(&["paused"]);
+    let th = start_with(agent.clone(), |b| b.take_up_unfinished(false)).await;
+    let chat = ahpd_sdk::util::default_chat_uri("mock:/paused");
+    let (_s, _sw, _) = following(&th, "mock:/paused").await;
+    let (a, mut w, _) = following(&th, &chat).await;
+    a.dispatch(chat.clone(), turn_started("t2", "go on"))
+        .await
+        .expect("dispatch");
+    w.until(|e| matches!(e.action, StateAction::ChatTurnComplete(_)))
+        .await;
+    assert!(
+        agent.watched().is_empty(),
+        "the backend was opened for the subscription"
+    );
+    let opens = agent.opens();
+    assert_eq!(opens.len(), 1, "{opens:?}");
+    assert_eq!(opens[0], (chat.clone(), Some("paused".to_owned())));
+}

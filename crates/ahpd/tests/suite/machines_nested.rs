@@ -77,6 +77,9 @@ impl ComputerPort for LocalPort {
             Inner::Ahpd => {
                 let mut c = tokio::process::Command::new(BIN);
                 c.args(["--stdio", "--plugin", &start.plugin]);
+                if start.leave_unfinished {
+                    c.arg("--leave-unfinished");
+                }
                 c
             }
             Inner::Shell(line) => {

@@ -10,6 +10,7 @@ mod machines_docker_cases;
 mod machines_docker_life;
 mod machines_fake_life;
 mod machines_fake_needs;
+mod machines_fake_past;
 mod machines_fake_plugin;
 mod machines_fake_proxy;
 mod machines_fake_support;
