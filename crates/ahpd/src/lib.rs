@@ -28,6 +28,7 @@ mod process;
 mod records;
 mod serve;
 mod served;
+mod signals;
 mod sys;
 mod term;
 mod token;

@@ -25,6 +25,7 @@ use crate::plugins::{self, State, options::SecretMode};
 use crate::process;
 use crate::records::{EngineSlot, RecordStore};
 use crate::served;
+use crate::signals::Signals;
 use crate::token;
 use crate::vault::Vault;
 
@@ -251,7 +252,8 @@ pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
     let token = network_token(&settings, &vault, run)?;
 
     // Signals are caught from here on, so a stop sent right after the listening line is handled.
-    let mut signals = Signals::new()?;
+    let mut signals =
+        Signals::new().map_err(|e| ServeError::Runtime(format!("cannot catch signals: {e}")))?;
     let (host, live) = build_host(loc, &settings, run, &vault).await?;
     crate::memory::give_back_after_turns(&host);
     if let Some(hub) = live.mcp() {
@@ -559,44 +561,4 @@ async fn resolve_addr(host: &str, port: u16) -> Result<SocketAddr, ServeError> {
     found
         .next()
         .ok_or_else(|| ServeError::Runtime(format!("cannot resolve the host {host}")))
-}
-
-/// SIGTERM, SIGINT and SIGHUP, caught from the moment this is made.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Self, ServeError> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let make = |kind| {
-            signal(kind).map_err(|e| ServeError::Runtime(format!("cannot catch signals: {e}")))
-        };
-        Ok(Signals {
-            term: make(SignalKind::terminate())?,
-            int: make(SignalKind::interrupt())?,
-            hup: make(SignalKind::hangup())?,
-        })
-    }
-
-    /// Waits for SIGTERM or SIGINT; SIGHUP is noted and ignored.
-    async fn first(&mut self) {
-        loop {
-            tokio::select! {
-                _ = self.term.recv() => break,
-                _ = self.int.recv() => break,
-                _ = self.hup.recv() => tracing::info!("SIGHUP ignored: the configuration is read at start only"),
-            }
-        }
-    }
-
-    /// Waits for the next SIGTERM or SIGINT.
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {},
-            _ = self.int.recv() => {},
-        }
-    }
 }
