@@ -70,39 +70,41 @@ fn exit_code_of(err: &anyhow::Error) -> i32 {
 /// Most threads the daemon's runtime runs blocking file work on (see docs/operations.md).
 const BLOCKING_THREADS: usize = 32;
 
+/// Runs the daemon in this process, on a runtime sized for it.
+fn serve_here(loc: &Locations, run: &args::RunArgs) -> anyhow::Result<i32> {
+    if run.detached_child {
+        sys::new_session();
+        logs::init_file(&loc.daemon_log(), "info");
+    } else {
+        logs::init("info");
+    }
+    let mut builder = if run.stdio {
+        // One client and, in a machine, one session: the host's own work fits on the
+        // thread that reads its input, and an idle inner host keeps no worker threads
+        // (their stacks and allocator arenas), of which a machine may run many.
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    let runtime = builder
+        // The stores' file work runs on these threads; unbounded, 100 streaming sessions kept
+        // about as many threads, each with its own stack and allocator cache.
+        .max_blocking_threads(BLOCKING_THREADS)
+        .enable_all()
+        .build()?;
+    let code = runtime.block_on(serve::run(loc, run))?;
+    // Backend tasks that ignore cancellation must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(code)
+}
+
 fn run(cli: Cli) -> anyhow::Result<i32> {
     let loc = Locations::resolve(cli.config_file.as_deref())?;
     match cli.command {
         Some(Command::MachineInit) => Ok(machines::machine_init()),
-        None => {
-            if cli.run.detached_child {
-                sys::new_session();
-                logs::init_file(&loc.daemon_log(), "info");
-            } else {
-                logs::init("info");
-            }
-            let mut builder = if cli.run.stdio {
-                // One client and, in a machine, one session: the host's own work fits on the
-                // thread that reads its input, and an idle inner host keeps no worker threads
-                // (their stacks and allocator arenas), of which a machine may run many.
-                tokio::runtime::Builder::new_current_thread()
-            } else {
-                let mut b = tokio::runtime::Builder::new_multi_thread();
-                b.worker_threads(2);
-                b
-            };
-            let runtime = builder
-                // The file work of every session (the stores' appends, one per streamed
-                // fragment) runs on these threads; unbounded, 100 streaming sessions kept about
-                // as many threads, each with its own stack and allocator cache.
-                .max_blocking_threads(BLOCKING_THREADS)
-                .enable_all()
-                .build()?;
-            let code = runtime.block_on(serve::run(&loc, &cli.run))?;
-            // Backend tasks that ignore cancellation must not hold the exit.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-            Ok(code)
-        }
+        None => serve_here(&loc, &cli.run),
         Some(Command::Start(run)) => {
             logs::init("warn");
             let all: Vec<String> = std::env::args().collect();
