@@ -65,8 +65,8 @@ pub fn new_session() {
 ///
 /// glibc returns freed memory on its own only from the top of a heap; a streamed answer frees
 /// thousands of small blocks scattered between ones that stay (the transcript, the state), so
-/// without this the pages a turn used stay counted as the daemon's long after it ended. Other
-/// C libraries (musl) give pages back themselves, and there this does nothing.
+/// without this the pages a turn used stay counted as the daemon's long after it ended. With
+/// another C library this does nothing.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` takes no pointer and only walks the allocator's own free lists,

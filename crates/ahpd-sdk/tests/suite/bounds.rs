@@ -159,3 +159,31 @@ async fn a_created_session_left_alone_is_unloaded_once_stored_and_comes_back() {
         .collect();
     assert_eq!(turns, vec!["hello"]);
 }
+
+/// The count of ended turns moves once for every turn that ends, whatever its outcome: the
+/// daemon waits on it to hand freed memory back after work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ended_turn_moves_the_turn_end_count() {
+    let th = start_with(ScriptedAgent::new(), |b| b).await;
+    let mut ends = th.host.handle().turn_ends();
+    assert_eq!(*ends.borrow_and_update(), 0);
+    let session = "mock:/ends";
+    let chat = ahpd_sdk::util::default_chat_uri(session);
+    let c = client(&th.url).await;
+    let mut w = open_session(&c, "ender", session, &[session, chat.as_str()]).await;
+    for (turn, text) in [("t1", "hello"), ("t2", "error")] {
+        c.dispatch(chat.clone(), turn_started(turn, text))
+            .await
+            .unwrap();
+        w.until(|e| match &e.action {
+            StateAction::ChatTurnComplete(a) => a.turn_id == turn,
+            StateAction::ChatError(a) => a.turn_id == turn,
+            _ => false,
+        })
+        .await;
+    }
+    // The count moves just after the ending action is published: wait for it, then check
+    // that each turn counted once.
+    let counted = *ends.wait_for(|n| *n >= 2).await.unwrap();
+    assert_eq!(counted, 2);
+}
