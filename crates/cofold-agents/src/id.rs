@@ -91,6 +91,51 @@ impl Timestamp {
         Some(Timestamp(text.to_owned()))
     }
 
+    /// Microseconds since the Unix epoch, when the text is exactly what
+    /// [`Timestamp::from_unix_micros`] writes for them (so writing them again gives this text
+    /// back); `None` otherwise. Read by position rather than with a general parser: a run asks
+    /// it of every streamed fragment it keeps.
+    pub fn canonical_micros(&self) -> Option<i64> {
+        let b = self.0.as_bytes();
+        let shaped = b.len() == 27
+            && [
+                (4, b'-'),
+                (7, b'-'),
+                (10, b'T'),
+                (13, b':'),
+                (16, b':'),
+                (19, b'.'),
+                (26, b'Z'),
+            ]
+            .iter()
+            .all(|(at, byte)| b[*at] == *byte);
+        if !shaped {
+            return None;
+        }
+        let number = |from: usize, to: usize| -> Option<u32> {
+            b[from..to].iter().try_fold(0u32, |n, digit| {
+                digit
+                    .is_ascii_digit()
+                    .then(|| n * 10 + u32::from(digit - b'0'))
+            })
+        };
+        let small = |from: usize, to: usize| number(from, to).and_then(|n| u8::try_from(n).ok());
+        let year = i32::try_from(number(0, 4)?).ok()?;
+        let month = time::Month::try_from(small(5, 7)?).ok()?;
+        let date = time::Date::from_calendar_date(year, month, small(8, 10)?).ok()?;
+        let clock = time::Time::from_hms_micro(
+            small(11, 13)?,
+            small(14, 16)?,
+            small(17, 19)?,
+            number(20, 26)?,
+        )
+        .ok()?;
+        let nanos = time::PrimitiveDateTime::new(date, clock)
+            .assume_utc()
+            .unix_timestamp_nanos();
+        i64::try_from(nanos / 1000).ok()
+    }
+
     /// Microseconds since the Unix epoch.
     pub fn unix_micros(&self) -> i64 {
         let format = time::format_description::well_known::Rfc3339;
@@ -120,6 +165,39 @@ impl AsRef<str> for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_micros_reads_exactly_what_from_unix_micros_writes() {
+        for micros in [
+            0,
+            1,
+            -1,
+            1_780_000_000_123_456,
+            Timestamp::now().unix_micros(),
+            253_402_300_799_999_999,
+            -62_167_219_200_000_000,
+        ] {
+            let written = Timestamp::from_unix_micros(micros);
+            assert_eq!(written.canonical_micros(), Some(micros), "{written}");
+        }
+        for text in [
+            "2026-12-02T05:00:00Z",
+            "2026-12-02T05:00:00.000000+00:00",
+            "2026-12-02 05:00:00.000000Z",
+            "2026-13-02T05:00:00.000000Z",
+            "2026-02-30T05:00:00.000000Z",
+            "2026-12-02T24:00:00.000000Z",
+            "2026-12-02T05:00:60.000000Z",
+            "2026-12-02T05:00:00.00000aZ",
+            "+026-12-02T05:00:00.000000Z",
+        ] {
+            assert_eq!(
+                Timestamp(text.to_owned()).canonical_micros(),
+                None,
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn ids_are_lower_case_hyphenated_v4() {

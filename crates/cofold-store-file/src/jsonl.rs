@@ -5,6 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use cofold_agents::error::AgentError;
 use serde::Serialize;
@@ -270,7 +271,14 @@ pub(crate) struct Appender {
     path: PathBuf,
     /// The mended end lacks its newline, which goes before the next lines.
     owes_newline: bool,
+    /// When the file was last seen to have a name (see [`Appender::still_named`]).
+    named_at: Instant,
 }
+
+/// How long after the file was seen to have a name the next append goes without looking: a
+/// streamed reply appends every few microseconds, and a deleted session's folder only stops
+/// receiving lines a moment later than it would have.
+const NAMED_TRUST: Duration = Duration::from_millis(20);
 
 impl Appender {
     /// Opens (or creates) `path` and mends its end.
@@ -300,6 +308,7 @@ impl Appender {
             file,
             path: path.to_path_buf(),
             owes_newline,
+            named_at: Instant::now(),
         })
     }
 
@@ -330,17 +339,23 @@ impl Appender {
     }
 
     /// Whether the file still has a name: false once it (or its folder) was deleted, when
-    /// appending to the open file would store lines nobody can read.
-    pub(crate) fn still_named(&self) -> bool {
+    /// appending to the open file would store lines nobody can read. Looked at no more often
+    /// than every [`NAMED_TRUST`].
+    pub(crate) fn still_named(&mut self) -> bool {
+        if self.named_at.elapsed() < NAMED_TRUST {
+            return true;
+        }
         #[cfg(unix)]
-        {
+        let named = {
             use std::os::unix::fs::MetadataExt;
             self.file.metadata().is_ok_and(|meta| meta.nlink() > 0)
-        }
+        };
         #[cfg(not(unix))]
-        {
-            self.path.is_file()
+        let named = self.path.is_file();
+        if named {
+            self.named_at = Instant::now();
         }
+        named
     }
 }
 

@@ -53,10 +53,7 @@ impl Log {
         {
             return None;
         }
-        let at_micros = event.at.unix_micros();
-        if Timestamp::from_unix_micros(at_micros) != event.at {
-            return None;
-        }
+        let at_micros = event.at.canonical_micros()?;
         let start = u32::try_from(self.text.len()).ok()?;
         let len = u32::try_from(text.len()).ok()?;
         start.checked_add(len)?;

@@ -95,9 +95,9 @@ impl Inner {
     /// append, and a log whose file was deleted meanwhile is looked up again, which fails as
     /// it did.
     pub(crate) fn append_event(&self, event: &Event, tail: &mut Tail) -> Result<(), AgentError> {
-        let log = match tail.log.take() {
-            Some(log) if log.appender.still_named() => log,
-            _ => self.open_log(event)?,
+        let log = match tail.log.take_if(|log| log.appender.still_named()) {
+            Some(log) => log,
+            None => self.open_log(event)?,
         };
         self.append_through(log, event, tail)
     }
