@@ -397,8 +397,9 @@ impl Store for FileStore {
         let queue = self.inner.queue(&run);
         let mut tail = queue.lock_owned().await;
         // The fragments of a streaming reply go through the log held open since the previous
-        // one: a `write` that lands in the page cache (no sync) and two `stat`s, made here
-        // rather than handed to a blocking thread and back, which cost more than the work.
+        // one: a `write` that lands in the page cache (no sync), with a `stat` or two every
+        // 20 ms, made here rather than handed to a blocking thread and back, which cost more
+        // than the work.
         if let Some(appended) = self.inner.append_held(event, &mut tail) {
             return appended;
         }
