@@ -335,6 +335,8 @@ impl Shared {
                 base_url: base_url.to_owned(),
                 api_key: key.to_api_key(),
                 headers,
+                // The host's hooks never read a reply's `raw`.
+                skip_stream_raw: true,
                 ..ProviderOptions::default()
             }
             .with_settings(settings),

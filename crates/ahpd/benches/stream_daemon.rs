@@ -269,14 +269,25 @@ async fn stream(seat: Seat, i: usize) -> (String, usize) {
     seat.client.dispatch(seat.chat.clone(), turn).await.unwrap();
     let mut text = String::new();
     let mut frames = 0;
+    let mut last = String::from("nothing");
     loop {
-        let ev = events.recv().await.expect("event");
+        // A lost end of turn shows as this panic, naming what the session got, not as a hang.
+        let ev = match tokio::time::timeout(Duration::from_secs(60), events.recv()).await {
+            Ok(ev) => ev.expect("event"),
+            Err(_) => panic!(
+                "session {i}: nothing for 60 s after {frames} delta frames ({} bytes of text); \
+                 the last action was {last}",
+                text.len()
+            ),
+        };
         let SubscriptionEvent::Action(env) = ev.event else {
+            last = "a non-action event".into();
             continue;
         };
         if env.channel != seat.chat {
             continue;
         }
+        last = format!("{:?}", env.action).chars().take(200).collect();
         match env.action {
             StateAction::ChatDelta(d) => {
                 frames += 1;

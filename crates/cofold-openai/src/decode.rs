@@ -36,9 +36,12 @@ pub struct StreamDecoder {
     reasoning_field: Option<ReasoningField>,
     usage: Option<Value>,
     finish: Option<String>,
-    /// Every chunk's data as it came, for the reply's `raw`. Kept as text: a parsed chunk weighs
-    /// twenty times its text, and a long answer streams thousands of them.
-    chunks: Vec<Box<str>>,
+    /// How many chunks arrived.
+    chunk_count: usize,
+    /// Every chunk's data as it came, for the reply's `raw`; `None` when no one will read it.
+    /// Kept as text: a parsed chunk weighs twenty times its text, and a long answer streams
+    /// thousands of them (a 2,000-chunk answer keeps about 400 KB here until it ends).
+    chunks: Option<Vec<Box<str>>>,
     done: bool,
 }
 
@@ -79,7 +82,8 @@ impl StreamDecoder {
             reasoning_field: None,
             usage: None,
             finish: None,
-            chunks: Vec::new(),
+            chunk_count: 0,
+            chunks: Some(Vec::new()),
             done: false,
         }
     }
@@ -91,6 +95,12 @@ impl StreamDecoder {
         self
     }
 
+    /// The same decoder keeping no chunk for the reply's `raw`, which is then `None`.
+    pub fn without_raw(mut self) -> Self {
+        self.chunks = None;
+        self
+    }
+
     /// The field reasoning arrived in, when it came in one of its own.
     pub fn reasoning_field(&self) -> Option<ReasoningField> {
         self.reasoning_field
@@ -98,7 +108,7 @@ impl StreamDecoder {
 
     /// Whether any chunk arrived at all.
     pub fn saw_chunks(&self) -> bool {
-        !self.chunks.is_empty() || self.done
+        self.chunk_count > 0 || self.done
     }
 
     /// Whether the reply is whole: a finish reason arrived (and `[DONE]`, when `require_done`).
@@ -111,10 +121,10 @@ impl StreamDecoder {
         } else {
             return Ok(());
         };
-        let got = if self.chunks.is_empty() {
+        let got = if self.chunk_count == 0 {
             "before any chunk".to_owned()
         } else {
-            format!("after {} chunks", self.chunks.len())
+            format!("after {} chunks", self.chunk_count)
         };
         Err(AgentError::new(
             ErrorCode::Network,
@@ -203,7 +213,10 @@ impl StreamDecoder {
                 self.delta(delta, out);
             }
         }
-        self.chunks.push(data.into());
+        self.chunk_count += 1;
+        if let Some(chunks) = &mut self.chunks {
+            chunks.push(data.into());
+        }
         Ok(())
     }
 
@@ -323,12 +336,14 @@ impl StreamDecoder {
             message: assistant(Some(self.reasoning), self.text, calls),
             usage,
             finish,
-            raw: Some(Value::Array(
-                self.chunks
-                    .into_iter()
-                    .map(|c| Value::String(c.into()))
-                    .collect(),
-            )),
+            raw: self.chunks.map(|chunks| {
+                Value::Array(
+                    chunks
+                        .into_iter()
+                        .map(|c| Value::String(c.into()))
+                        .collect(),
+                )
+            }),
         }
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct Endpoint {
     pub limits: TimeLimits,
     pub dialect: Dialect,
     pub learned: Learned,
+    /// Whether a streamed reply keeps its chunks for `raw`.
+    pub keep_stream_raw: bool,
 }
 
 /// Cuts `text` to at most `n` characters (never inside one).

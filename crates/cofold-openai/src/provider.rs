@@ -49,6 +49,10 @@ pub struct ProviderOptions {
     pub network: Network,
     /// The server's quirks; `None` takes the preset the base URL implies.
     pub dialect: Option<Dialect>,
+    /// Leave a streamed reply's `raw` out (`None`) rather than keep every chunk's data until
+    /// the reply ends. Default `false`; a host whose hooks never read `raw` sets it, as the
+    /// chunks weigh about ten times the reply's text while it streams.
+    pub skip_stream_raw: bool,
 }
 
 impl ProviderOptions {
@@ -141,6 +145,7 @@ impl OpenAiProvider {
                 limits: options.limits,
                 dialect,
                 learned: Learned::default(),
+                keep_stream_raw: !options.skip_stream_raw,
             }),
             budgets: Arc::new(options.reasoning_budgets),
         })

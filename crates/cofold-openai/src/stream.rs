@@ -318,6 +318,11 @@ impl Run {
             } else {
                 decoder.without_index_repair()
             };
+            let decoder = if self.endpoint.keep_stream_raw {
+                decoder
+            } else {
+                decoder.without_raw()
+            };
             self.phase = Phase::Reading {
                 body: resp.bytes_stream().boxed(),
                 clock,

@@ -166,6 +166,35 @@ async fn item_246_deltas_arrive_as_they_are_sent() {
 }
 
 #[tokio::test]
+async fn a_provider_told_to_skip_raw_keeps_no_chunk_and_still_counts_them() {
+    let ep = Endpoint::with_replies([
+        Reply::text_stream("a whole answer"),
+        Reply::stream(vec![
+            Frame::from(chunk::role()),
+            Frame::from(chunk::text("cut")),
+        ]),
+    ])
+    .unwrap();
+    let a = OpenAiProvider::new(ProviderOptions {
+        skip_stream_raw: true,
+        retries: Some(0),
+        ..options(&ep)
+    })
+    .unwrap()
+    .adapter(ModelSpec::new("m"));
+    let events = stream_all(&a, ask("x")).await;
+    let reply = done(&events);
+    assert_eq!(reply.message.parts, vec![Part::text("a whole answer")]);
+    assert_eq!(reply.raw, None, "no chunk was kept for raw");
+    // A cut stream still says how many chunks came before it broke off.
+    let events = stream_all(&a, ask("x")).await;
+    let Some(Err(e)) = events.last() else {
+        panic!("a cut stream fails: {events:?}");
+    };
+    assert!(e.message.contains("after 2 chunks"), "{}", e.message);
+}
+
+#[tokio::test]
 async fn item_246_tool_call_over_four_chunks_and_interleaved_calls() {
     let mut frames: Vec<Frame> =
         chunk::tool_call_split(0, "call_a", "echo", &["{\"te", "xt\":", "\"hi", "\"}"])
