@@ -335,7 +335,8 @@ pub trait Session: Send + 'static {
 
     /// Stop everything. Anything published after this returns is dropped. This is the end of the
     /// chat's backend for good: the session or chat is disposed, the session is unloaded (never
-    /// while a turn or a question is open), or nobody wanted the backend.
+    /// while a turn or a question is open), nobody wanted the backend, or the program ends
+    /// without coming back (a process that stops to start again calls [`Session::suspend`]).
     async fn close(&mut self);
 
     /// The process serving the session stops, gracefully, and a later one will serve the

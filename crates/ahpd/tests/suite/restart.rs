@@ -213,7 +213,7 @@ async fn new_session(client: &Client, work: &Path) -> (String, String) {
     (uri, chat)
 }
 
-/// The status of every stored run of the cofold store under `home`, with its run folder.
+/// Every `run.json` under `dir`, with the run's status.
 fn run_statuses(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
@@ -228,6 +228,7 @@ fn run_statuses(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
     }
 }
 
+/// The runs of the cofold store in the test's home.
 fn statuses(env: &Env) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     run_statuses(&env.home().join(".cofold"), &mut out);
@@ -271,7 +272,7 @@ async fn first_daemon(address: &str, work: &Path) -> Before {
         unreachable!()
     };
     let asked = serde_json::to_value(&set.request).unwrap();
-    // What the client has seen so far ends with the question; nothing it holds is newer.
+    // The newest server sequence the client holds, as a client keeps it to come back with.
     let last_seq = feed.last_seq();
     client.shutdown().await;
     Before {
@@ -372,25 +373,7 @@ async fn second_daemon(address: &str, before: &Before, work: &Path) {
     for snapshot in &result.snapshots {
         mirror.snapshot(snapshot);
     }
-    // The snapshots: both sessions with their titles and finished turns.
-    assert_eq!(mirror.state.sessions[one].title, "Planning notes");
-    assert_eq!(mirror.state.sessions[two].title, "second question");
-    for (chat, question) in [(chat_one, "first question"), (chat_two, "second question")] {
-        let turns = &mirror.state.chats[chat].turns;
-        assert_eq!(turns.len(), 1, "{chat}: {turns:?}");
-        assert_eq!(turns[0].id, "t1");
-        assert_eq!(turns[0].message.text, question);
-        assert_eq!(turns[0].state, TurnState::Complete);
-        let text: String = turns[0]
-            .response_parts
-            .iter()
-            .filter_map(|p| match p {
-                ResponsePart::Markdown(m) => Some(m.content.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(text, format!("answer to {question}"));
-    }
+    assert_snapshots(&mirror.state, before);
 
     // The question, asked again as the first daemon asked it: in the snapshot, or (as the
     // engine opens beside the reconnect) in the actions right after it.
@@ -441,6 +424,29 @@ async fn second_daemon(address: &str, before: &Before, work: &Path) {
         "nothing is asked any more"
     );
     client.shutdown().await;
+}
+
+/// The snapshots: both sessions with their titles, and each chat with its finished turn.
+fn assert_snapshots(mirror: &Mirror, before: &Before) {
+    let [(one, chat_one), (two, chat_two)] = &before.sessions;
+    assert_eq!(mirror.sessions[one].title, "Planning notes");
+    assert_eq!(mirror.sessions[two].title, "second question");
+    for (chat, question) in [(chat_one, "first question"), (chat_two, "second question")] {
+        let turns = &mirror.chats[chat].turns;
+        assert_eq!(turns.len(), 1, "{chat}: {turns:?}");
+        assert_eq!(turns[0].id, "t1");
+        assert_eq!(turns[0].message.text, question);
+        assert_eq!(turns[0].state, TurnState::Complete);
+        let text: String = turns[0]
+            .response_parts
+            .iter()
+            .filter_map(|p| match p {
+                ResponsePart::Markdown(m) => Some(m.content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, format!("answer to {question}"));
+    }
 }
 
 /// The second session's state holds the approval of `write_file` for turn `t2`, and its chat
