@@ -333,6 +333,21 @@ pub trait Session: Send + 'static {
         Err(Refusal::new("this agent runs no MCP servers"))
     }
 
-    /// Stop everything. Anything published after this returns is dropped.
+    /// Stop everything. Anything published after this returns is dropped. This is the end of the
+    /// chat's backend for good: the session or chat is disposed, the session is unloaded (never
+    /// while a turn or a question is open), nobody wanted the backend, or the program ends
+    /// without coming back (a process that stops to start again calls [`Session::suspend`]).
     async fn close(&mut self);
+
+    /// The process serving the session stops, gracefully, and a later one will serve the
+    /// conversation again (a daemon's stop or restart; the host itself never calls this, the
+    /// program that stops it does). Stop what is working, as [`Session::close`] does, but leave
+    /// a turn that only waits on a person (an approval or a question) as the backend's store
+    /// keeps it, so that the next process finds it as it would after a crash: its
+    /// [`Agent::unfinished`] answers `true`, and [`Session::watched`] puts the question to the
+    /// host again. Anything published after this returns is dropped. By default this is
+    /// [`Session::close`], which suits a backend that keeps nothing across processes.
+    async fn suspend(&mut self) {
+        self.close().await;
+    }
 }

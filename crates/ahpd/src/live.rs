@@ -1,10 +1,11 @@
 //! Live sessions, so a shutdown can close every backend, and
 //! their folders, which are served as resources while the session lives.
 //!
-//! The host owns each session it opens and closes it only when the session is disposed. To
-//! close them all when the daemon stops, every agent handed to the host is wrapped: a session it
-//! creates is kept behind a shared slot the daemon can empty. The wrapper forwards every member
-//! of `Agent` and `Session`, so the host sees the agent unchanged.
+//! The host owns each session it opens and closes it only when the session is disposed or
+//! unloaded. To close them all when the daemon stops (with `Session::suspend`, which leaves a
+//! turn waiting on a person for the next start), every agent handed to the host is wrapped: a
+//! session it creates is kept behind a shared slot the daemon can empty. The wrapper forwards
+//! every member of `Agent` and `Session`, so the host sees the agent unchanged.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -76,6 +77,17 @@ impl LiveSessions {
     /// Closes every open session, all at once; returns how many there were. The host's later
     /// calls on a closed session do nothing.
     pub async fn close_all(&self) -> usize {
+        self.end_all(false).await
+    }
+
+    /// Closes every open session for a graceful stop of the daemon, all at once; returns how
+    /// many there were. Unlike [`LiveSessions::close_all`], a turn that only waits on a person
+    /// is left in the agent's store for the next start to ask again (`Session::suspend`).
+    pub async fn suspend_all(&self) -> usize {
+        self.end_all(true).await
+    }
+
+    async fn end_all(&self, suspend: bool) -> usize {
         let taken: Vec<Box<dyn Session>> = {
             let mut slots = lock(&self.slots);
             let taken = slots
@@ -88,7 +100,11 @@ impl LiveSessions {
         };
         let count = taken.len();
         futures::future::join_all(taken.into_iter().map(|mut s| async move {
-            s.close().await;
+            if suspend {
+                s.suspend().await;
+            } else {
+                s.close().await;
+            }
         }))
         .await;
         let hub = lock(&self.mcp).take();
@@ -297,11 +313,22 @@ impl Session for TrackedSession {
         self.with(Vec::new(), |s| s.completions(kind, text, offset))
     }
 
+    fn watched(&mut self) {
+        self.with((), |s| s.watched());
+    }
+
     async fn close(&mut self) {
         // Taken out first: the lock is never held across the backend's own await.
         let taken = lock(&self.slot).take();
         if let Some(mut s) = taken {
             s.close().await;
+        }
+    }
+
+    async fn suspend(&mut self) {
+        let taken = lock(&self.slot).take();
+        if let Some(mut s) = taken {
+            s.suspend().await;
         }
     }
 }

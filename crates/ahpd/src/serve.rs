@@ -493,8 +493,9 @@ pub(crate) async fn build_host(
 }
 
 /// The graceful stop after the first SIGTERM/SIGINT: stop listening, close every
-/// connection (the host sends `1001`), close every session's backend within 10 s in all, write
-/// the session store. A second signal meanwhile ends the process at once with code 1.
+/// connection (the host sends `1001`), close every session's backend within 10 s in all (turns
+/// at work are cancelled, turns waiting on a person are left for the next start to ask again),
+/// write the session store. A second signal meanwhile ends the process at once with code 1.
 async fn shutdown(
     host: &ahpd_sdk::Host,
     server: Option<ahpd_sdk::transport::ws::WsServer>,
@@ -512,7 +513,7 @@ async fn shutdown(
             if let Some(server) = server {
                 server.wait().await;
             }
-            live.close_all().await
+            live.suspend_all().await
         };
         match tokio::time::timeout(SESSION_CLOSE_LIMIT, closing).await {
             Ok(n) => tracing::info!(sessions = n, "sessions closed"),

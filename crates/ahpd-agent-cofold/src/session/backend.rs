@@ -169,8 +169,25 @@ impl Session for CofoldSession {
     }
 
     async fn close(&mut self) {
+        self.shut(false).await;
+    }
+
+    async fn suspend(&mut self) {
+        self.shut(true).await;
+    }
+}
+
+impl CofoldSession {
+    /// Closes the session: the running run is cancelled, or, with `keep_paused` and a run that
+    /// only waits on a person, let go as the store holds it for the next process to reopen.
+    /// Returns once the run has ended or been let go.
+    async fn shut(&mut self, keep_paused: bool) {
         let done = {
-            let waiting = self.core.cancel_all(CLOSE_REASON);
+            let waiting = if keep_paused {
+                self.core.let_go_all(CLOSE_REASON)
+            } else {
+                self.core.cancel_all(CLOSE_REASON)
+            };
             let mut state = lock(&self.core.state);
             state.closed = true;
             // A paused run nothing reattached stays as it is in the store.

@@ -435,12 +435,33 @@ impl Core {
     }
 
     fn cancel_all(&self, reason: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.end_all(reason, false)
+    }
+
+    /// Like [`Core::cancel_all`], except that a run waiting on a person is detached rather
+    /// than cancelled: it writes nothing more, so the store keeps it `awaiting` with its
+    /// request open, and the next process's session reopens it and asks again. A run doing
+    /// anything else is cancelled with `reason`.
+    fn let_go_all(&self, reason: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.end_all(reason, true)
+    }
+
+    fn end_all(
+        &self,
+        reason: &str,
+        keep_paused: bool,
+    ) -> Option<tokio::sync::watch::Receiver<bool>> {
         let mut state = lock(&self.state);
         state.waiting.clear();
         let running = state.running.as_ref()?;
         running.shown.store(false, Ordering::SeqCst);
         if let Some(handle) = &running.handle {
-            handle.cancel(Some(reason.to_owned()));
+            // `detach` succeeds only at a pause; a run past it (an answer being applied, a
+            // tool running) is working and is cancelled like any other.
+            let let_go = keep_paused && handle.detach();
+            if !let_go {
+                handle.cancel(Some(reason.to_owned()));
+            }
         }
         Some(running.done.clone())
     }

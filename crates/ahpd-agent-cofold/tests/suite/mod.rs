@@ -21,6 +21,7 @@ mod provider_settings;
 mod read_back;
 mod reopen;
 mod support;
+mod suspend;
 mod thinking_provider;
 mod tools;
 mod turns;

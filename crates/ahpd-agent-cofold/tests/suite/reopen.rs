@@ -196,14 +196,14 @@ async fn reopened_session(
 }
 
 /// The next thing the engine does, answering nothing.
-async fn next(probe: &mut ContextProbe) -> ContextEvent {
+pub(super) async fn next(probe: &mut ContextProbe) -> ContextEvent {
     tokio::time::timeout(PATIENCE, probe.next())
         .await
         .expect("the engine acts")
         .expect("the context is alive")
 }
 
-fn approve() -> ApprovalOutcome {
+pub(super) fn approve() -> ApprovalOutcome {
     ApprovalOutcome::Approved {
         edited_input: None,
         option_id: Some("allow-once".into()),
@@ -213,7 +213,7 @@ fn approve() -> ApprovalOutcome {
 
 /// Everything emitted until the next approval, which is answered with `outcome`; panics at an
 /// ending action.
-async fn until_approval(
+pub(super) async fn until_approval(
     probe: &mut ContextProbe,
     seen: &mut Vec<StateAction>,
     outcome: ApprovalOutcome,
@@ -240,7 +240,10 @@ async fn until_approval(
 }
 
 /// Everything emitted until the turn's ending action, which is returned; no more asks.
-async fn until_end(probe: &mut ContextProbe, seen: &mut Vec<StateAction>) -> StateAction {
+pub(super) async fn until_end(
+    probe: &mut ContextProbe,
+    seen: &mut Vec<StateAction>,
+) -> StateAction {
     loop {
         match next(probe).await {
             ContextEvent::Emit(action) => {

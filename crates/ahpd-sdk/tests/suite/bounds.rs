@@ -187,3 +187,81 @@ async fn every_ended_turn_moves_the_turn_end_count() {
     let counted = *ends.wait_for(|n| *n >= 2).await.unwrap();
     assert_eq!(counted, 2);
 }
+
+/// A session whose turn waits on a question is never unloaded, whoever watches it: the sweep
+/// that unloads another idle session past the cap passes it over (it is the least recently
+/// used, so it is asked first), and the question is still open, and answered, afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_waiting_on_a_question_is_not_unloaded_and_keeps_its_question() {
+    let agent = ScriptedAgent::new()
+        .with_history("a", 1)
+        .with_history("b", 1)
+        .with_history("c", 1);
+    let th = start_with(agent, |b| b.loaded_cap(1)).await;
+    let c = client(&th.url).await;
+    let mut w = Watch::new(&c);
+    let init = c
+        .initialize(
+            "asker".into(),
+            vec!["1.0.0".into()],
+            vec!["ahp-root://".into()],
+        )
+        .await
+        .unwrap();
+    w.snapshot(&init.snapshots[0]);
+    let chat = ahpd_sdk::util::default_chat_uri;
+
+    // `a` asks a question, then nobody watches it; `b` is opened and left alone.
+    let (r, _) = c.subscribe(chat("mock:/a")).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    c.dispatch(chat("mock:/a"), turn_started("t", "question"))
+        .await
+        .unwrap();
+    w.until(|e| matches!(e.action, StateAction::ChatInputRequested(_)))
+        .await;
+    let (r, _) = c.subscribe(chat("mock:/b")).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    for s in ["mock:/a", "mock:/b"] {
+        c.unsubscribe(chat(s)).await.unwrap();
+        // A request on the same session runs after the unsubscribe.
+        let _: serde_json::Value = c
+            .request("fetchTurns", json!({"channel": chat(s)}))
+            .await
+            .unwrap();
+    }
+
+    // Opening `c` sweeps: `b` goes, `a` stays.
+    let (r, _) = c.subscribe(chat("mock:/c")).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    loop {
+        let mut open = th.host.handle().open_sessions();
+        open.sort();
+        if open == ["mock:/a", "mock:/c"] {
+            break;
+        }
+        w.until(|e| matches!(e.action, StateAction::RootActiveSessionsChanged(_)))
+            .await;
+    }
+
+    // The question is still there, and its answer ends the turn.
+    let (r, _) = c.subscribe("mock:/a".into()).await.unwrap();
+    let snap = r.snapshot.unwrap();
+    let ahp_types::state::SnapshotState::Session(state) = &snap.state else {
+        panic!("a session snapshot: {snap:?}");
+    };
+    assert_eq!(
+        state.input_needed.as_ref().map(Vec::len),
+        Some(1),
+        "{state:?}"
+    );
+    let (r, _) = c.subscribe(chat("mock:/a")).await.unwrap();
+    w.snapshot(&r.snapshot.unwrap());
+    let answer: StateAction = serde_json::from_value(json!({
+        "type": "chat/inputCompleted", "requestId": "q-t", "response": "accept",
+        "answers": {"name": {"state": "submitted", "value": {"kind": "text", "value": "Ada"}}},
+    }))
+    .unwrap();
+    c.dispatch(chat("mock:/a"), answer).await.unwrap();
+    w.until(|e| matches!(&e.action, StateAction::ChatTurnComplete(t) if t.turn_id == "t"))
+        .await;
+}

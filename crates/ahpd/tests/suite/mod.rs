@@ -19,6 +19,7 @@ mod mcp;
 mod plugins;
 mod process;
 mod records;
+mod restart;
 mod security;
 mod sessions;
 mod shutdown;
