@@ -78,6 +78,22 @@ fn private_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time a process has used, user and system, in seconds (`/proc/<pid>/stat` fields 14
+/// and 15, in clock ticks of 1/100 s).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; the fields after it are counted from its `)`.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 fn threads(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -310,6 +326,10 @@ struct Figures {
     settled: u64,
     took: Duration,
     frames: usize,
+    /// CPU seconds the daemon used while the answers streamed.
+    daemon_cpu: f64,
+    /// CPU seconds this process (the endpoint and the clients) used meanwhile.
+    own_cpu: f64,
 }
 
 async fn through_daemon(ep: &Endpoint, n: usize, extra: &[&str]) -> Figures {
@@ -322,6 +342,7 @@ async fn through_daemon(ep: &Endpoint, n: usize, extra: &[&str]) -> Figures {
     }
     let open = private_kib(pid);
     let sampler = Sampler::start(pid);
+    let (daemon_cpu, own_cpu) = (cpu_seconds(&pid.to_string()), cpu_seconds("self"));
     let started = Instant::now();
     let tasks: Vec<_> = seats
         .into_iter()
@@ -335,6 +356,8 @@ async fn through_daemon(ep: &Endpoint, n: usize, extra: &[&str]) -> Figures {
         frames += f;
     }
     let took = started.elapsed();
+    let daemon_cpu = cpu_seconds(&pid.to_string()) - daemon_cpu;
+    let own_cpu = cpu_seconds("self") - own_cpu;
     let ended = private_kib(pid);
     let (peak, peak_threads) = sampler.finish();
     tokio::time::sleep(SETTLE).await;
@@ -349,6 +372,8 @@ async fn through_daemon(ep: &Endpoint, n: usize, extra: &[&str]) -> Figures {
         settled,
         took,
         frames,
+        daemon_cpu,
+        own_cpu,
     }
 }
 
@@ -393,6 +418,12 @@ fn report(label: &str, f: &Figures, base: Duration, n: usize) {
         if ratio <= 1.5 { "met" } else { "missed" }
     );
     println!(
+        "  CPU while streaming: daemon {:.2} s ({:.1} µs a chunk), endpoint and clients {:.2} s",
+        f.daemon_cpu,
+        f.daemon_cpu * 1e6 / (n * CHUNKS) as f64,
+        f.own_cpu
+    );
+    println!(
         "  delta frames received: {} ({:.1} a session; {} chunks each were streamed)",
         f.frames,
         f.frames as f64 / n as f64,
@@ -410,7 +441,9 @@ fn main() {
         let ep = endpoint(n);
         // One unmeasured pass warms the endpoint's and the client's connection paths.
         baseline(&ep, n).await;
+        let base_cpu = cpu_seconds("self");
         let base = baseline(&ep, n).await;
+        let base_cpu = cpu_seconds("self") - base_cpu;
         let default = through_daemon(&ep, n, &[]).await;
         let base_again = baseline(&ep, n).await;
         let unmerged = through_daemon(&ep, n, &["--delta-window-ms", "0"]).await;
@@ -420,6 +453,7 @@ fn main() {
             base.as_secs_f64() * 1e3,
             base_again.as_secs_f64() * 1e3
         );
+        println!("  CPU of the first baseline (endpoint and plain clients): {base_cpu:.2} s");
         report(
             "daemon, default configuration (75 ms delta window)",
             &default,

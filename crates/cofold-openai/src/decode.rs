@@ -155,6 +155,15 @@ impl StreamDecoder {
             self.done = true;
             return Ok(());
         }
+        if let Some(plain) = crate::plain_chunk::read(data) {
+            if let Some(f) = plain.finish {
+                self.finish = Some(f.into_owned());
+            }
+            let reasoning = plain.reasoning.as_ref().map(|(f, r)| (*f, r.as_ref()));
+            self.fragments(reasoning, plain.content.as_deref(), out);
+            self.keep_chunk(data);
+            return Ok(());
+        }
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
             let excerpt: String = data.chars().take(200).collect();
             AgentError::new(
@@ -213,18 +222,38 @@ impl StreamDecoder {
                 self.delta(delta, out);
             }
         }
+        self.keep_chunk(data);
+        Ok(())
+    }
+
+    /// Counts a decoded chunk, and keeps its text when the reply's `raw` is wanted.
+    fn keep_chunk(&mut self, data: &str) {
         self.chunk_count += 1;
         if let Some(chunks) = &mut self.chunks {
             chunks.push(data.into());
         }
-        Ok(())
     }
 
     fn delta(&mut self, delta: &Value, out: &mut impl FnMut(ModelStreamEvent)) {
-        let (reasoning, text) = (&mut self.reasoning, &mut self.text);
         let field = [ReasoningField::Reasoning, ReasoningField::ReasoningContent]
             .into_iter()
             .find_map(|f| non_empty_str(delta, f.as_str()).map(|r| (f, r)));
+        self.fragments(field, non_empty_str(delta, "content"), out);
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                self.call_fragment(position, call, out);
+            }
+        }
+    }
+
+    /// A delta's reasoning (and the field it came in) and text, both non-empty when given.
+    fn fragments(
+        &mut self,
+        field: Option<(ReasoningField, &str)>,
+        content: Option<&str>,
+        out: &mut impl FnMut(ModelStreamEvent),
+    ) {
+        let (reasoning, text) = (&mut self.reasoning, &mut self.text);
         if let Some((f, r)) = field {
             self.reasoning_field = Some(f);
             if let Some(mut s) = self.splitter.take() {
@@ -232,15 +261,10 @@ impl StreamDecoder {
             }
             push_piece(Piece::Reasoning(r.to_owned()), reasoning, text, out);
         }
-        if let Some(c) = non_empty_str(delta, "content") {
+        if let Some(c) = content {
             match &mut self.splitter {
                 Some(s) => s.push(c, &mut |p| push_piece(p, reasoning, text, out)),
                 None => push_piece(Piece::Text(c.to_owned()), reasoning, text, out),
-            }
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for (position, call) in calls.iter().enumerate() {
-                self.call_fragment(position, call, out);
             }
         }
     }

@@ -26,6 +26,7 @@ pub mod dialect;
 mod failure;
 mod http;
 pub mod net;
+mod plain_chunk;
 mod provider;
 mod reply;
 mod request;

@@ -35,10 +35,12 @@ pub(super) struct Log {
 }
 
 impl Log {
-    pub(super) fn push(&mut self, names: &Names<'_>, event: Event) {
-        let kept = self.fragment(names, &event);
+    /// Keeps `event`: a fragment as numbers and text (no copy of the event is made), anything
+    /// else as a copy.
+    pub(super) fn push(&mut self, names: &Names<'_>, event: &Event) {
+        let kept = self.fragment(names, event);
         self.kept
-            .push(kept.unwrap_or_else(|| Kept::Whole(Box::new(event))));
+            .push(kept.unwrap_or_else(|| Kept::Whole(Box::new(event.clone()))));
     }
 
     /// The compact form of `event`, when it is a fragment of this run that can be rebuilt

@@ -98,7 +98,7 @@ impl Shared {
     }
 
     /// Adds a persisted event to the handle's log and wakes its readers.
-    pub(crate) fn publish(&self, event: Event) {
+    pub(crate) fn publish(&self, event: &Event) {
         self.lock().events.push(&self.names(), event);
         self.bump();
     }
@@ -156,7 +156,7 @@ impl Shared {
             let names = self.names();
             state.events.push(
                 &names,
-                Event {
+                &Event {
                     seq,
                     run_id: self.run_id.clone(),
                     session_id: self.session_id.clone(),

@@ -371,7 +371,7 @@ impl Runner {
         };
         self.store.append_event(&event).await?;
         self.next_seq += 1;
-        self.side.shared.publish(event.clone());
+        self.side.shared.publish(&event);
         if let Err(message) = self.agent.hooks().on_event(&event) {
             self.agent.warn(&format!(
                 "onEvent observer threw on {}: {message}",

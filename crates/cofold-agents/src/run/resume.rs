@@ -67,7 +67,7 @@ impl Runner {
         };
         self.next_seq = last + 1;
         for event in &replay {
-            self.side.shared.publish(event.clone());
+            self.side.shared.publish(event);
         }
 
         if record.status.is_terminal() {
