@@ -227,7 +227,8 @@ mod tests {
         let form = time::macros::format_description!(
             "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
         );
-        // Steps of a prime number of microseconds cross every field's carries.
+        // From year 0 to 9999 in steps of about 114 days and an odd number of microseconds, so
+        // every field takes many values, one-digit and two-digit ones alike.
         let mut micros = -62_167_219_200_000_000_i64;
         while micros < 253_402_300_799_999_999 {
             let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000)
