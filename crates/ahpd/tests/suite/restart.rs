@@ -483,19 +483,3 @@ fn assert_pending(mirror: &Mirror, session: &str, chat: &str) {
     });
     assert!(pending, "the call waits for confirmation: {active:?}");
 }
-
-async fn listed_row(client: &Client, uri: &str) -> Value {
-    let list = request(
-        client,
-        "listSessions",
-        json!({ "channel": ahp_types::ROOT_RESOURCE_URI }),
-    )
-    .await;
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["resource"] == uri)
-        .unwrap_or_else(|| panic!("{uri} not listed in {list}"))
-        .clone()
-}

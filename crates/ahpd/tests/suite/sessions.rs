@@ -55,24 +55,6 @@ async fn run_turn(client: &Client, chat: &str, turn: &str, prompt: &str) -> Stri
     }
 }
 
-/// The row `listSessions` shows for the session `uri`, which must be listed.
-async fn listed_row(client: &Client, uri: &str) -> Value {
-    let list: Value = client
-        .request(
-            "listSessions",
-            json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
-        )
-        .await
-        .unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["resource"] == uri)
-        .unwrap_or_else(|| panic!("{uri} not listed in {list}"))
-        .clone()
-}
-
 #[test]
 fn a_conversation_is_listed_and_opened_after_a_restart() {
     let env = Env::new();

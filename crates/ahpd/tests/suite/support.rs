@@ -229,3 +229,21 @@ pub fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
+
+/// The row `listSessions` shows for the session `uri`, which must be listed.
+pub async fn listed_row(client: &Client, uri: &str) -> serde_json::Value {
+    let list: serde_json::Value = client
+        .request(
+            "listSessions",
+            serde_json::json!({"channel": ahp_types::ROOT_RESOURCE_URI}),
+        )
+        .await
+        .unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == uri)
+        .unwrap_or_else(|| panic!("{uri} not listed in {list}"))
+        .clone()
+}
