@@ -175,6 +175,17 @@ async fn reopened_session(
     place: &Place,
     id: &str,
 ) -> (Box<dyn Session>, ContextProbe) {
+    session_of(agent, place, id, true).await
+}
+
+/// A session of `agent` over the conversation `id` under permission mode `default`, on a
+/// context with no host; `resume` when the conversation is read back from the store.
+pub(super) async fn session_of(
+    agent: &CofoldAgent,
+    place: &Place,
+    id: &str,
+    resume: bool,
+) -> (Box<dyn Session>, ContextProbe) {
     let session_uri = format!("cofold:/{id}");
     let chat_uri = ahpd_sdk::util::default_chat_uri(&session_uri);
     let (ctx, probe) = SessionContext::detached(&session_uri, &chat_uri);
@@ -184,7 +195,7 @@ async fn reopened_session(
         session_uri,
         chat_uri,
         backend_id: id.to_owned(),
-        resume: Some(id.to_owned()),
+        resume: resume.then(|| id.to_owned()),
         fork: None,
         working_directory: Some(place.work.clone()),
         additional_directories: Vec::new(),

@@ -3,9 +3,8 @@
 //! a run at work is cancelled as `close` cancels it.
 
 use ahp_types::actions::StateAction;
-use ahpd_agent_cofold::CofoldAgent;
-use ahpd_sdk::agent::{ContextEvent, ContextProbe, SessionStart};
-use ahpd_sdk::{Agent, Session, SessionContext};
+use ahpd_sdk::Agent;
+use ahpd_sdk::agent::ContextEvent;
 use cofold_agents::event::{EventBody, OutcomeKind};
 use cofold_agents::store::{RunRef, RunStatus, Store};
 use serde_json::json;
@@ -13,37 +12,9 @@ use testkit::{Frame, Gate, Reply, chunk};
 
 use super::cases_queue::turn;
 use super::reopen::{
-    approve, check_one_completed_run, next, options, runs_of, until_approval, until_end,
+    approve, check_one_completed_run, next, options, runs_of, session_of, until_approval, until_end,
 };
 use super::support::*;
-
-/// A session of `agent` over the conversation `id` under permission mode `default`, on a
-/// context with no host; `resume` when the conversation is read back from the store.
-async fn session_of(
-    agent: &CofoldAgent,
-    place: &Place,
-    id: &str,
-    resume: bool,
-) -> (Box<dyn Session>, ContextProbe) {
-    let session_uri = format!("cofold:/{id}");
-    let chat_uri = ahpd_sdk::util::default_chat_uri(&session_uri);
-    let (ctx, probe) = SessionContext::detached(&session_uri, &chat_uri);
-    let mut settings = serde_json::Map::new();
-    settings.insert("permissionMode".into(), json!("default"));
-    let start = SessionStart {
-        session_uri,
-        chat_uri,
-        backend_id: id.to_owned(),
-        resume: resume.then(|| id.to_owned()),
-        fork: None,
-        working_directory: Some(place.work.clone()),
-        additional_directories: Vec::new(),
-        settings,
-        ctx,
-    };
-    let session = agent.create(start).await.expect("the session opens");
-    (session, probe)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_session_leaves_its_paused_run_for_the_next_process_to_ask_again() {
