@@ -16,10 +16,10 @@ use ahp_types::state::{
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use crate::context::SessionContext;
+pub use crate::session::context::SessionContext;
 #[cfg(feature = "testing")]
-pub use crate::context::{ContextEvent, ContextProbe};
-pub use crate::exchange::{
+pub use crate::session::context::{ContextEvent, ContextProbe};
+pub use crate::session::exchange::{
     ApprovalOutcome, ApprovalRequest, ClientToolCall, InputOutcome, Secret, approval_options,
 };
 
@@ -208,7 +208,7 @@ pub trait Agent: Send + Sync + 'static {
 
     /// What the agent asks of a machine it runs in, by need name. Asked whenever a machine is
     /// made or an inner host started, never cached, so paths are read at call time.
-    fn machine(&self) -> std::collections::BTreeMap<String, crate::machine::MachineNeed> {
+    fn machine(&self) -> std::collections::BTreeMap<String, crate::nested::machine::MachineNeed> {
         std::collections::BTreeMap::new()
     }
 

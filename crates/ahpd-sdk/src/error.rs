@@ -131,5 +131,5 @@ pub enum HostError {
     ExtensionName(String),
     /// The session store could not be opened.
     #[error(transparent)]
-    SessionStore(#[from] crate::sessionstore::SessionStoreError),
+    SessionStore(#[from] crate::store::sessionstore::SessionStoreError),
 }

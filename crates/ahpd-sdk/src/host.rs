@@ -13,14 +13,14 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::channels::hub::Hub;
 use crate::error::HostError;
-use crate::hub::Hub;
 use crate::inner::{Extension, HostInner};
-use crate::peer::Peer;
-use crate::remember::Remembered;
-use crate::resource_port::{ResourceProvider, Resources};
+use crate::resources::port::{ResourceProvider, Resources};
 use crate::session::Registry;
-use crate::sessionstore::{SessionStore, SessionStoreError};
+use crate::store::remember::Remembered;
+use crate::store::sessionstore::{SessionStore, SessionStoreError};
+use crate::transport::peer::Peer;
 
 pub use crate::inner::HostHandle;
 pub use crate::options::HostOptions;
@@ -236,7 +236,7 @@ impl HostBuilder {
             .session_store
             .map(|port| Remembered::load(port, shutdown.child_token()));
         let inner = Arc::new(HostInner {
-            root: Mutex::new(crate::root::initial_root(
+            root: Mutex::new(crate::channels::root::initial_root(
                 &self.agents,
                 &HashMap::new(),
                 self.options.root_meta.clone(),
@@ -261,11 +261,11 @@ impl HostBuilder {
             ext.attach(handle.clone());
         }
         if tokio::runtime::Handle::try_current().is_ok() {
-            crate::root::probe_agents(&handle.inner);
+            crate::channels::root::probe_agents(&handle.inner);
             if handle.inner.store.is_some() {
                 tokio::spawn(prune(handle.inner.clone()));
             }
-            tokio::spawn(crate::unload::run(Arc::downgrade(&handle.inner)));
+            tokio::spawn(crate::session::unload::run(Arc::downgrade(&handle.inner)));
         }
         Ok(Host { handle })
     }
@@ -349,9 +349,9 @@ impl HostHandle {
         if let Ok(mut slot) = self.inner.agents.write() {
             *slot = agents;
         }
-        crate::root::publish_agents(&self.inner);
+        crate::channels::root::publish_agents(&self.inner);
         if tokio::runtime::Handle::try_current().is_ok() {
-            crate::root::probe_agents(&self.inner);
+            crate::channels::root::probe_agents(&self.inner);
         }
         Ok(())
     }

@@ -15,12 +15,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, Probe, Secret};
+use crate::channels::hub::Hub;
 use crate::error::RpcError;
-use crate::hub::Hub;
 use crate::options::HostOptions;
-use crate::remember::Remembered;
-use crate::resource_port::{ResourceProvider, Resources};
+use crate::resources::port::{ResourceProvider, Resources};
 use crate::session::{Registry, SessionMsg};
+use crate::store::remember::Remembered;
 
 /// Who sent a request, as an extension sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub trait Extension: Send + Sync + 'static {
 /// A client id the host has seen, for `reconnect`.
 pub(crate) struct KnownClient {
     pub version: String,
-    pub conns: HashMap<u64, Arc<crate::hub::KillSwitch>>,
+    pub conns: HashMap<u64, Arc<crate::channels::hub::KillSwitch>>,
     pub gone_since: Option<Instant>,
 }
 

@@ -5,6 +5,27 @@
 //! reducers, so a client that replays actions and a client that takes a snapshot always agree.
 //! This crate knows nothing of cofold.
 //!
+//! # Map
+//!
+//! The folders are the layers; each says in its module doc what it owns and what it may use.
+//! A request travels down this list and its answer and the state changes it causes come back
+//! up through `channels`.
+//!
+//! | folder | owns |
+//! | --- | --- |
+//! | [`transport`] | byte streams (WebSocket, stdio, in memory) turned into a [`Peer`] |
+//! | `connection` | one connection: reading frames, the handshake, request order, the writer |
+//! | `protocol` | what each request and dispatch does (handlers on the connection and on a session's task) |
+//! | `session` | one task per session owning its state, its chats' backends and everything parked |
+//! | `channels` | `serverSeq`, subscriptions, fan-out, the replay ring and the root channel |
+//! | `store` | the catalogue (`listSessions`) and the session store that survives restarts |
+//! | [`resources`] | `file:` resources and the providers of other URI schemes |
+//! | [`nested`] | machines ([`machine`]) and sessions whose agent runs inside one |
+//!
+//! Beside them sit the public surface: [`agent`] (the backend contract), [`host`] (building
+//! and serving a host; its shared state is the private `inner`), [`plugin`], [`ports`],
+//! [`error`], [`util`], [`attachments`] and, with feature `testing`, `testing`.
+//!
 //! # Shape
 //!
 //! - A backend implements [`Agent`] (one provider: descriptor, config schema and defaults,
@@ -49,66 +70,32 @@
 //! # Ok(()) }
 //! ```
 
+// The public surface: the backend contract, the host, its ports and shared helpers.
 pub mod agent;
 pub mod attachments;
 pub mod error;
 pub mod host;
-pub mod machine;
-pub mod nested;
-pub mod peer;
+mod inner;
+mod options;
 pub mod plugin;
 pub mod ports;
-pub mod resources;
-pub mod transport;
 pub mod util;
 
-mod actor;
-mod asks;
-mod backend;
-mod catalogue;
-mod chats;
-mod client_answers;
-mod client_calls;
-mod client_turns;
-mod coalesce;
-mod commands;
-mod config;
+// The layers (the map above says what each owns).
+mod channels;
 mod connection;
-mod context;
-mod delivery;
-mod dispatch;
-mod exchange;
-mod filestore;
-mod handshake;
-mod held;
-mod hub;
-mod inner;
-mod lanes;
-mod lifecycle;
-mod mcp;
-mod open;
-mod options;
-mod parked;
-mod reduce;
-mod remember;
-mod resource_port;
-mod resource_routing;
-mod ring;
-mod root;
-mod rootdispatch;
+pub mod nested;
+mod protocol;
+pub mod resources;
 mod session;
-mod sessionstore;
-mod subscribe;
-mod summary;
-mod turn_flow;
-mod turns;
-mod unload;
-mod writer;
+mod store;
+pub mod transport;
 
 #[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(feature = "testing")]
-mod testing_script;
+
+pub use nested::machine;
+pub use transport::peer;
 
 pub use agent::{
     Agent, AgentDescriptor, AgentError, ApprovalOutcome, ApprovalRequest, ClientToolCall, ForkFrom,

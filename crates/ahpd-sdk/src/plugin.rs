@@ -11,8 +11,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 use crate::agent::{Agent, Secret};
-use crate::machine::ComputerPort;
-use crate::resource_port::ResourceProvider;
+use crate::nested::machine::ComputerPort;
+use crate::resources::port::ResourceProvider;
 
 /// Whether a plugin's options are enough to run it.
 #[derive(Debug, Clone, PartialEq, Eq)]

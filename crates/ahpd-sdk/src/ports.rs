@@ -2,7 +2,9 @@
 //! (`x-…`), read-only resources, and a session store that keeps what clients chose about their
 //! sessions across restarts.
 
-pub use crate::filestore::FileSessionStore;
 pub use crate::inner::{ConnInfo, Extension};
-pub use crate::resource_port::{ResourceProvider, Resources};
-pub use crate::sessionstore::{NestedRecord, SessionRecord, SessionStore, SessionStoreError};
+pub use crate::resources::port::{ResourceProvider, Resources};
+pub use crate::store::filestore::FileSessionStore;
+pub use crate::store::sessionstore::{
+    NestedRecord, SessionRecord, SessionStore, SessionStoreError,
+};

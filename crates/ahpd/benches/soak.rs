@@ -10,8 +10,8 @@
 //! first). The two clients and the scripted endpoint run in this process, so none of their
 //! memory is counted; this process's own figures are printed beside for comparison. The replay
 //! ring's bytes must never pass its bound: the daemon logs (at `debug`, target
-//! `ahpd_sdk::ring`) every new high of the ring's length or weight, and this bench reads those
-//! lines from its standard error and checks each.
+//! `ahpd_sdk::channels::ring`) every new high of the ring's length or weight, and this bench
+//! reads those lines from its standard error and checks each.
 //!
 //! Run with `cargo bench -p ahpd --bench soak`. `AHPD_SOAK_SESSIONS` (default 10,000) and
 //! `AHPD_SOAK_PARALLEL` (sessions in flight at once, default 4) scale it. The daemon gets this
@@ -190,7 +190,7 @@ fn start_daemon(ep: &Endpoint) -> (Daemon, PathBuf) {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env(
             "RUST_LOG",
-            "warn,ahpd_sdk::ring=debug,ahpd_sdk::open=info,ahpd_sdk::unload=info",
+            "warn,ahpd_sdk::channels::ring=debug,ahpd_sdk::session::open=info,ahpd_sdk::session::unload=info",
         )
         .current_dir(&work)
         .stdin(Stdio::null())

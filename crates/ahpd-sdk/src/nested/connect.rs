@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::transport::{LineTransport, StderrTail};
 use crate::agent::{Agent, SessionContext};
-use crate::machine::{ComputerPort, InnerEnd, InnerStart};
+use crate::nested::machine::{ComputerPort, InnerEnd, InnerStart};
 use crate::util::file_uri;
 
 /// Everything needed to (re)start the inner host of one session.

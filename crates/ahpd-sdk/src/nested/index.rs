@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
-use crate::sessionstore::SessionRecord;
+use crate::store::sessionstore::SessionRecord;
 use crate::util::path_of;
 
 /// Where one conversation lives.
@@ -79,8 +79,8 @@ impl NestedIndex {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::machine::COMPUTER_KEY;
-    use crate::sessionstore::NestedRecord;
+    use crate::nested::machine::COMPUTER_KEY;
+    use crate::store::sessionstore::NestedRecord;
 
     fn record(uri: &str, id: &str, computer: &str, nested: Option<&str>) -> SessionRecord {
         let mut config = ahp_types::common::JsonObject::new();

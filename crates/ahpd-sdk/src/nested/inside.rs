@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::transport::{LineTransport, StderrTail};
 use crate::agent::Agent;
-use crate::machine::{ComputerPort, InnerEnd, InnerStart};
+use crate::nested::machine::{ComputerPort, InnerEnd, InnerStart};
 use crate::util::file_uri;
 
 /// How long the inner host has for each request, and then to end after its input closed.

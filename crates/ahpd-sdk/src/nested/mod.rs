@@ -3,6 +3,13 @@
 //! own backend. That session starts an inner host (`ahpd --stdio`) in the machine through a
 //! [`ComputerPort`], talks AHP to it with the official client over the process's standard
 //! streams, and carries turns, approvals, answers and configuration across.
+//!
+//! This folder is the machines layer: [`machine`] fixes what an agent asks of a machine and the
+//! port a container plugin implements; the rest runs a session's agent in one. It may use the
+//! backend contract (`agent`), the session store's records and `util`; the host's session
+//! layer uses it, never the other way.
+
+pub mod machine;
 
 mod connect;
 mod index;
@@ -24,7 +31,7 @@ use serde_json::Value;
 use crate::agent::{
     Agent, AgentDescriptor, AgentError, PastSession, Probe, Refusal, Session, SessionStart,
 };
-use crate::machine::{COMPUTER_KEY, ComputerPort, MachineNeed};
+use crate::nested::machine::{COMPUTER_KEY, ComputerPort, MachineNeed};
 
 pub use index::NestedIndex;
 pub use session::NestedSession;

@@ -21,7 +21,7 @@ use crate::agent::{
     Agent, AgentError, ApprovalOutcome, ApprovalRequest, Refusal, Session, SessionContext,
     SessionStart, TurnRequest,
 };
-use crate::machine::{COMPUTER_KEY, ComputerPort, InnerEnd, MachineError, PrepareRequest};
+use crate::nested::machine::{COMPUTER_KEY, ComputerPort, InnerEnd, MachineError, PrepareRequest};
 
 /// How long a closing inner host has to end after its input closed.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);

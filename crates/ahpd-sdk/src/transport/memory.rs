@@ -8,7 +8,7 @@ use ahp::transport::{Transport, TransportMessage};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-use crate::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
+use crate::transport::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
 
 /// The client half of an in-memory connection.
 pub struct MemoryClient {

@@ -1,4 +1,10 @@
-//! Transports: each turns a byte stream into a [`Peer`](crate::peer::Peer).
+//! Transports: each turns a byte stream into a [`Peer`](crate::transport::peer::Peer).
+//!
+//! This folder is the lowest layer: [`peer`] is the socket-free abstraction protocol code
+//! sees, and each transport produces one and hands it to the connection layer
+//! ([`crate::Host::accept`] and the `serve_*` methods). Transports know frames as text only.
+
+pub mod peer;
 
 #[cfg(feature = "memory")]
 pub mod memory;

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-use crate::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
+use crate::transport::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
 
 struct LineReader<R> {
     r: BufReader<R>,

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::HostError;
 use crate::host::{Host, HostHandle};
-use crate::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
+use crate::transport::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
 
 /// Where and how to listen.
 #[derive(Clone)]
