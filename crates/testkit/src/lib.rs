@@ -4,6 +4,8 @@
 //! script and records every request it received. [`FakeEngine`] serves the part of the Docker
 //! Engine API that `@ahpd/computer` uses, in process on a unix socket, so machines can be tested
 //! where no container engine runs.
+//! [`tidy`] checks the house rules over the repository's own files; `.ci/modgraph` prints each
+//! crate's module graph with it.
 //! It depends on no project crate, so any crate can use it as a dev-dependency.
 //!
 //! ```no_run
@@ -31,6 +33,7 @@ pub mod mcp_server;
 mod pairing;
 mod recorder;
 mod reply;
+pub mod tidy;
 
 pub use endpoint::{Endpoint, EndpointBuilder, RecordedRequest, Responder};
 pub use fake_engine::{

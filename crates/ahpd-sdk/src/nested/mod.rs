@@ -6,8 +6,8 @@
 //!
 //! This folder is the machines layer: [`machine`] fixes what an agent asks of a machine and the
 //! port a container plugin implements; the rest runs a session's agent in one. It may use the
-//! backend contract (`agent`), the session store's records and `util`; the host's session
-//! layer uses it, never the other way.
+//! backend contract (`agent`, and the values of `session::exchange` it re-exports), the session
+//! store's records and `util`; nothing in it reaches into a session's task.
 
 pub mod machine;
 

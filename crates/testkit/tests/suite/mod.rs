@@ -1,1 +1,2 @@
 mod endpoint;
+mod tidy;
