@@ -194,7 +194,7 @@ async fn every_cell_of_the_standard_tool_table() {
         (
             "memory_write",
             vec![(&tools.memory_write, json!({ "path": "notes.md" }))],
-            ["ask", "ask", "deny", "run", "run", "deny"],
+            ["ask", "ask", "deny", "ask", "run", "deny"],
         ),
         (
             "memory_read relative or none",

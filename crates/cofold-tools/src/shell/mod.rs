@@ -35,6 +35,7 @@ mod cgroup;
 mod contain;
 mod env;
 mod exec;
+pub mod reaper;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,9 @@ pub struct ShellOptions {
     pub env: ShellEnv,
     /// The variables `env` filters; `None` is the daemon's own environment at each call.
     pub base_env: Option<Arc<Vec<(OsString, OsString)>>>,
+    /// The per-call helper commands start behind; `None` is the process's
+    /// ([`reaper::install`]).
+    pub helper: Option<reaper::Helper>,
 }
 
 impl Default for ShellOptions {
@@ -94,6 +98,7 @@ impl Default for ShellOptions {
             shell: None,
             env: ShellEnv::default(),
             base_env: None,
+            helper: None,
         }
     }
 }
@@ -259,6 +264,7 @@ impl Run {
             env: options.env.clone(),
             base_env: options.base_env.as_ref().map(|vars| vars.to_vec()),
             cgroup: true,
+            helper: options.helper.clone(),
         })
         .await
         .map_err(|error| {

@@ -33,6 +33,7 @@ fn args(command: &str, cwd: &Path, timeout: Duration) -> ShellExecArgs {
         env: ShellEnv::default(),
         base_env: None,
         cgroup: true,
+        helper: None,
     }
 }
 
