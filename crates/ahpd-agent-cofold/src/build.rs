@@ -335,7 +335,7 @@ impl AgentCore {
                         is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
                             tool.effects().writes
                         })),
-                        private: Some(Arc::new(move |_tool, input: &Value| {
+                        private: Some(Arc::new(move |_: &cofold_agents::tool::Tool, input: &Value| {
                             let named = ["path", "cwd"]
                                 .iter()
                                 .find_map(|key| input.get(*key).and_then(Value::as_str))?;

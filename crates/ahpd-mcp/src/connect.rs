@@ -106,7 +106,8 @@ pub(crate) async fn connect(
             env,
         } => {
             let env = resolve(env, secrets, &mut hidden)?;
-            let mut cmd = match crate::tree::helper() {
+            let helper = crate::tree::helper().filter(|(program, _)| program.is_file());
+            let mut cmd = match helper {
                 // Behind the helper, a program that cannot be started would only fail inside
                 // it: look for it first, so the sentence is the one a direct start gives.
                 Some((helper, prefix)) => {

@@ -152,7 +152,8 @@ impl PrivateSet {
         kind: &'static str,
     ) -> PrivateSet {
         let real = resolved(&dir);
-        self.names.push((normalise(&dir), real, Arc::new(rule), kind));
+        let rule: NameRule = Arc::new(rule);
+        self.names.push((normalise(&dir), real, rule, kind));
         self.identities = Arc::default();
         self
     }

@@ -233,6 +233,8 @@ async fn start_shell(
         .helper
         .clone()
         .or_else(|| super::reaper::installed().cloned())
+        // A program replaced or removed since it was installed cannot be started again.
+        .filter(|helper| helper.program.is_file())
     {
         return start_behind_helper(args, &helper);
     }

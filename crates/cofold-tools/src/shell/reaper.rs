@@ -296,7 +296,7 @@ mod imp {
         true
     }
 
-    /// Our children now, from `/proc`.
+    /// Our live children now, from `/proc` (an ended one waits to be reaped, not killed).
     fn children(me: i32) -> Vec<i32> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
@@ -307,12 +307,14 @@ mod imp {
                 std::fs::read_to_string(format!("/proc/{pid}/stat"))
                     .ok()
                     .and_then(|stat| {
+                        // The command name is in parentheses and may hold anything.
                         let rest = stat.get(stat.rfind(')')? + 2..)?.to_owned();
                         let mut fields = rest.split(' ');
-                        let _state = fields.next()?;
-                        fields.next()?.parse::<i32>().ok()
+                        let state = fields.next()?;
+                        let ppid = fields.next()?.parse::<i32>().ok()?;
+                        Some(ppid == me && state != "Z" && state != "X")
                     })
-                    == Some(me)
+                    .unwrap_or(false)
             })
             .collect()
     }
