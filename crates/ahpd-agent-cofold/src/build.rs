@@ -8,8 +8,8 @@ use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
 use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
 use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
-use cofold_agents::store::Store;
 use cofold_agents::secrets::Secrets;
+use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
 use cofold_tools::private::PrivateSet;
 use cofold_tools::standard::{StandardArgs, standard_capabilities};
@@ -335,19 +335,21 @@ impl AgentCore {
                         is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
                             tool.effects().writes
                         })),
-                        private: Some(Arc::new(move |_: &cofold_agents::tool::Tool, input: &Value| {
-                            let named = ["path", "cwd"]
-                                .iter()
-                                .find_map(|key| input.get(*key).and_then(Value::as_str))?;
-                            let resolved = resolve_within(&judged, Path::new(named));
-                            let kind = private
-                                .judge(&resolved.absolute)
-                                .or_else(|| private.judge(&resolved.real))?;
-                            Some(format!(
-                                "{} ({kind})",
-                                cofold_tools::paths::display_path(&judged, &resolved.absolute)
-                            ))
-                        })),
+                        private: Some(Arc::new(
+                            move |_: &cofold_agents::tool::Tool, input: &Value| {
+                                let named = ["path", "cwd"]
+                                    .iter()
+                                    .find_map(|key| input.get(*key).and_then(Value::as_str))?;
+                                let resolved = resolve_within(&judged, Path::new(named));
+                                let kind = private
+                                    .judge(&resolved.absolute)
+                                    .or_else(|| private.judge(&resolved.real))?;
+                                Some(format!(
+                                    "{} ({kind})",
+                                    cofold_tools::paths::display_path(&judged, &resolved.absolute)
+                                ))
+                            },
+                        )),
                     },
                 )
             }

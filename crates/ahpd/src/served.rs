@@ -109,7 +109,11 @@ fn private_kinds(
         out.push((p.clone(), HOST_FILES));
     }
     if let Ok(home) = locations::home() {
-        out.extend(HOME_CREDENTIALS.iter().map(|c| (home.join(c), CREDENTIAL_STORE)));
+        out.extend(
+            HOME_CREDENTIALS
+                .iter()
+                .map(|c| (home.join(c), CREDENTIAL_STORE)),
+        );
         if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").filter(|x| !x.is_empty()) {
             let xdg = PathBuf::from(xdg);
             if xdg.is_absolute() {

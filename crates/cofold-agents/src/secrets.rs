@@ -12,7 +12,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
@@ -86,9 +85,7 @@ impl Secrets {
 
     /// These `(kind, value)` pairs; a value shorter than [`MIN_SECRET_CHARS`] is left out. The
     /// kind is a phrase such as `the connection token` or `a stored credential (vault)`.
-    pub fn new<K: Into<String>, V: AsRef<str>>(
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> Secrets {
+    pub fn new<K: Into<String>, V: AsRef<str>>(pairs: impl IntoIterator<Item = (K, V)>) -> Secrets {
         Secrets::none().with(pairs)
     }
 
@@ -100,8 +97,7 @@ impl Secrets {
         let mut known: Vec<Secret> = self.known.as_ref().clone();
         for (kind, value) in pairs {
             let value = value.as_ref();
-            if value.chars().count() < MIN_SECRET_CHARS
-                || known.iter().any(|s| s.forms[0] == value)
+            if value.chars().count() < MIN_SECRET_CHARS || known.iter().any(|s| s.forms[0] == value)
             {
                 continue;
             }
@@ -187,6 +183,7 @@ impl Secrets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     const TOKEN: &str = "tkn-7f3a9c2e41b8d05";

@@ -58,8 +58,14 @@ pub struct PrivateSet {
 impl fmt::Debug for PrivateSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PrivateSet")
-            .field("paths", &self.paths.iter().map(|p| &p.0).collect::<Vec<_>>())
-            .field("names", &self.names.iter().map(|n| &n.0).collect::<Vec<_>>())
+            .field(
+                "paths",
+                &self.paths.iter().map(|p| &p.0).collect::<Vec<_>>(),
+            )
+            .field(
+                "names",
+                &self.names.iter().map(|n| &n.0).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -125,7 +131,10 @@ impl PrivateSet {
 
     /// The credential stores of [`HOME_CREDENTIALS`] under `home`.
     pub fn home_credentials(home: &Path) -> PrivateSet {
-        PrivateSet::new().with_paths(HOME_CREDENTIALS.iter().map(|c| home.join(c)), CREDENTIAL_STORE)
+        PrivateSet::new().with_paths(
+            HOME_CREDENTIALS.iter().map(|c| home.join(c)),
+            CREDENTIAL_STORE,
+        )
     }
 
     /// Also `paths` and everything under them, said as `kind` (for example
@@ -247,7 +256,9 @@ impl PrivateSet {
         if !fresh {
             *cache = Some((Instant::now(), self.gather()));
         }
-        let known = cache.as_ref().is_some_and(|(_, ids)| ids.contains(&identity));
+        let known = cache
+            .as_ref()
+            .is_some_and(|(_, ids)| ids.contains(&identity));
         // Every private file is reported with the one phrase its folder has; the identity
         // gathering does not keep which folder it came from, so say the broader one.
         known.then_some(CREDENTIAL_STORE_OR_HOST)
@@ -297,7 +308,8 @@ impl PrivateSet {
 }
 
 /// The phrase for a file known to be private by its identity alone.
-const CREDENTIAL_STORE_OR_HOST: &str = "another name of a private file (a credential store or the host's own files)";
+const CREDENTIAL_STORE_OR_HOST: &str =
+    "another name of a private file (a credential store or the host's own files)";
 
 #[cfg(test)]
 mod tests {
@@ -312,14 +324,26 @@ mod tests {
         std::fs::create_dir_all(home.join("work")).expect("mkdir");
         std::fs::write(home.join("work/plain.txt"), "plain").expect("write");
         let set = PrivateSet::home_credentials(&home);
-        assert_eq!(set.judge(&home.join(".ssh/id_ed25519")), Some(CREDENTIAL_STORE));
-        assert_eq!(set.judge(&home.join("work/../.ssh")), Some(CREDENTIAL_STORE));
-        assert_eq!(set.judge(&home.join(".ssh/not-yet")), Some(CREDENTIAL_STORE));
+        assert_eq!(
+            set.judge(&home.join(".ssh/id_ed25519")),
+            Some(CREDENTIAL_STORE)
+        );
+        assert_eq!(
+            set.judge(&home.join("work/../.ssh")),
+            Some(CREDENTIAL_STORE)
+        );
+        assert_eq!(
+            set.judge(&home.join(".ssh/not-yet")),
+            Some(CREDENTIAL_STORE)
+        );
         assert_eq!(set.judge(&home.join("work/plain.txt")), None);
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(home.join(".ssh"), home.join("work/keys")).expect("link");
-            assert_eq!(set.judge(&home.join("work/keys/id_ed25519")), Some(CREDENTIAL_STORE));
+            assert_eq!(
+                set.judge(&home.join("work/keys/id_ed25519")),
+                Some(CREDENTIAL_STORE)
+            );
             std::fs::hard_link(home.join(".ssh/id_ed25519"), home.join("work/copy")).expect("link");
             assert!(set.judge(&home.join("work/copy")).is_some());
             assert!(set.judge_entry(&home.join("work/copy")).is_some());

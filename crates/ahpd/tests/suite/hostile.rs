@@ -142,10 +142,18 @@ fn tool_results(ep: &Endpoint) -> Vec<String> {
 fn private_reads(home: &Path, conf: &Path) -> Vec<Reply> {
     vec![
         call("c1", "read_file", json!({ "path": conf.join("token") })),
-        call("c2", "read_file", json!({ "path": conf.join("vault.json") })),
+        call(
+            "c2",
+            "read_file",
+            json!({ "path": conf.join("vault.json") }),
+        ),
         call("c3", "read_file", json!({ "path": ".ssh/id_ed25519" })),
         call("c4", "read_file", json!({ "path": home.join("notes/key") })),
-        call("c5", "search_files", json!({ "pattern": "HOSTILE", "path": "." })),
+        call(
+            "c5",
+            "search_files",
+            json!({ "pattern": "HOSTILE", "path": "." }),
+        ),
         Reply::text_stream("done"),
     ]
 }
@@ -161,7 +169,9 @@ fn reads_are_asked_and_denied_leak_nothing(mode: &str) {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
-        stderr.matches("needs an approval and standard input is not a terminal").count(),
+        stderr
+            .matches("needs an approval and standard input is not a terminal")
+            .count(),
         4,
         "{mode}: {stderr}"
     );
@@ -174,7 +184,9 @@ fn reads_are_asked_and_denied_leak_nothing(mode: &str) {
     }
     // The walk of the home folder says what it left out.
     assert!(
-        results.iter().any(|r| r.contains("private entries skipped")),
+        results
+            .iter()
+            .any(|r| r.contains("private entries skipped")),
         "{mode}: {results:?}"
     );
 }
@@ -373,7 +385,11 @@ fn nothing_a_command_starts_outlives_its_call_whatever_it_does() {
     }
     let results = tool_results(&ep);
     assert!(
-        results.iter().filter(|r| r.contains("outlives its call")).count() == 4,
+        results
+            .iter()
+            .filter(|r| r.contains("outlives its call"))
+            .count()
+            == 4,
         "{results:?}"
     );
 }
@@ -430,15 +446,17 @@ for line in sys.stdin:
 #[test]
 fn a_stdio_servers_setsid_helper_ends_with_the_server_and_with_the_daemon() {
     let env = Env::new();
-    let seconds = unique_seconds();
+    let (first, second) = (unique_seconds(), unique_seconds());
     let server = env.root.path().join("tiny.py");
     std::fs::write(&server, TINY_SERVER).unwrap();
-    let once = env.root.path().join("started");
-    // The helper is started once only, so a restart of the server starts none.
+    let (once, twice) = (env.root.path().join("once"), env.root.path().join("twice"));
+    // The first start leaves one helper running, the restart another, and later starts none.
     let script = format!(
-        "if [ ! -e {once} ]; then : > {once}; env -u COFOLD_SHELL_CALL setsid -f sleep {seconds}; fi; \
+        "if [ ! -e {once} ]; then : > {once}; env -u COFOLD_SHELL_CALL setsid -f sleep {first}; \
+         elif [ ! -e {twice} ]; then : > {twice}; env -u COFOLD_SHELL_CALL setsid -f sleep {second}; fi; \
          exec python3 {server}",
         once = once.display(),
+        twice = twice.display(),
         server = server.display()
     );
     env.write_base(
@@ -452,8 +470,22 @@ fn a_stdio_servers_setsid_helper_ends_with_the_server_and_with_the_daemon() {
         .to_string(),
     );
     let daemon = env.daemon(&[], "hostile-mcp.log");
-    wait_for(&seconds, 1);
+    wait_for(&first, 1);
+    // The server dies: its helper goes with it.
+    let needle = server.to_string_lossy().into_owned();
+    wait_for(&needle, 1);
+    for line in processes_with(&needle) {
+        let pid: i32 = line.split(' ').next().unwrap().parse().unwrap();
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    let left = none_left(&first);
+    assert!(left.is_empty(), "after the server died: {left:?}");
+    // The restarted server's helper ends with the daemon.
+    wait_for(&second, 1);
     assert_eq!(daemon.stop(), 0);
-    let left = none_left(&seconds);
+    let left = none_left(&second);
     assert!(left.is_empty(), "after the daemon stopped: {left:?}");
 }

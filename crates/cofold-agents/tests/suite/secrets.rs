@@ -43,18 +43,37 @@ fn leak_tool(runs: Arc<Mutex<Vec<Value>>>) -> Tool {
     Tool::new(def).expect("leak tool")
 }
 
-async fn one_call(input: Value, mode: PermissionMode) -> (FakeModel, Arc<Mutex<Vec<Value>>>, Vec<EventBody>, Arc<cofold_agents::store::MemoryStore>, String) {
+async fn one_call(
+    input: Value,
+    mode: PermissionMode,
+) -> (
+    FakeModel,
+    Arc<Mutex<Vec<Value>>>,
+    Vec<EventBody>,
+    Arc<cofold_agents::store::MemoryStore>,
+    String,
+) {
     let runs = Arc::new(Mutex::new(Vec::new()));
-    let model = FakeModel::new(vec![FakeStep::tool_call("leak", input), FakeStep::text("done")]);
+    let model = FakeModel::new(vec![
+        FakeStep::tool_call("leak", input),
+        FakeStep::text("done"),
+    ]);
     let store = memory();
     let agent = builder(&model, store.clone())
         .tool(leak_tool(runs.clone()))
         .secrets(secrets())
-        .policy(policy_of(mode, ModeContext::new(|_: &std::path::Path| true)))
+        .policy(policy_of(
+            mode,
+            ModeContext::new(|_: &std::path::Path| true),
+        ))
         .build()
         .expect("agent");
     let handle = run(&agent, RunOptions::new("s", "go"));
-    let events = all_events(&handle).await.into_iter().map(|e| e.body).collect();
+    let events = all_events(&handle)
+        .await
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
     let run_id = handle.run_id().to_owned();
     (model, runs, events, store, run_id)
 }
@@ -65,12 +84,16 @@ async fn a_call_carrying_a_secret_is_refused_before_it_runs_in_every_mode() {
     let spellings = [
         format!("https://evil.example/?t={TOKEN}"),
         format!("curl -d k=%{}", KEY.replace('-', "%2D")),
-        format!("Authorization: Basic {}", engine.encode(format!("me:{TOKEN}"))),
+        format!(
+            "Authorization: Basic {}",
+            engine.encode(format!("me:{TOKEN}"))
+        ),
         format!("prefix{KEY}suffix"),
     ];
     for mode in PermissionMode::ALL {
         for text in &spellings {
-            let (model, runs, events, store, run_id) = one_call(json!({ "text": text }), mode).await;
+            let (model, runs, events, store, run_id) =
+                one_call(json!({ "text": text }), mode).await;
             assert!(runs.lock().expect("runs").is_empty(), "{mode} ran {text}");
             let (content, is_error) = last_result(&model);
             assert!(is_error, "{mode}: {content}");
@@ -80,12 +103,31 @@ async fn a_call_carrying_a_secret_is_refused_before_it_runs_in_every_mode() {
                         || content.contains("a model provider's key")),
                 "{mode}: {content}"
             );
-            assert!(!content.contains(TOKEN) && !content.contains(KEY), "{content}");
+            assert!(
+                !content.contains(TOKEN) && !content.contains(KEY),
+                "{content}"
+            );
             // Nothing the run says about the call repeats the value: not the proposal shown
             // to clients, not the denial on record.
-            let said = serde_json::to_string(&events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>()).expect("json");
-            assert!(!said.contains(TOKEN), "{mode}: {said}");
-            let steps = store.list_steps(&RunRef::new("s", &run_id)).await.expect("steps");
+            let said: Vec<String> = events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e,
+                        EventBody::ToolProposed { .. } | EventBody::ToolDenied { .. }
+                    )
+                })
+                .map(|e| format!("{e:?}"))
+                .collect();
+            assert_eq!(said.len(), 2, "{mode}: {said:?}");
+            assert!(
+                said.iter().all(|e| !e.contains(TOKEN) && !e.contains(KEY)),
+                "{mode}: {said:?}"
+            );
+            let steps = store
+                .list_steps(&RunRef::new("s", &run_id))
+                .await
+                .expect("steps");
             assert!(
                 !steps.iter().any(|s| matches!(s, StepRecord::Tool(_))),
                 "{mode}: a step was recorded"
@@ -96,22 +138,36 @@ async fn a_call_carrying_a_secret_is_refused_before_it_runs_in_every_mode() {
 
 #[tokio::test]
 async fn short_values_are_not_secrets_and_ordinary_calls_run() {
-    let (model, runs, _, _, _) = one_call(json!({ "text": "hello" }), PermissionMode::BypassPermissions).await;
+    let (model, runs, _, _, _) = one_call(
+        json!({ "text": "hello" }),
+        PermissionMode::BypassPermissions,
+    )
+    .await;
     assert_eq!(runs.lock().expect("runs").len(), 1);
     let (content, is_error) = last_result(&model);
     assert!(!is_error, "{content}");
     // The result held the token: the model reads it masked, with its kind named.
-    assert_eq!(content, "environ: AHPD_TOKEN=[secret: the connection token]\nok");
+    assert_eq!(
+        content,
+        "environ: AHPD_TOKEN=[secret: the connection token]\nok"
+    );
     assert!(Secrets::new([("short", "abc")]).is_empty());
 }
 
 #[tokio::test]
 async fn the_stored_result_is_masked_too() {
-    let (_, _, events, store, run_id) = one_call(json!({ "text": "hello" }), PermissionMode::Auto).await;
-    let steps = store.list_steps(&RunRef::new("s", &run_id)).await.expect("steps");
+    let (_, _, events, store, run_id) =
+        one_call(json!({ "text": "hello" }), PermissionMode::Auto).await;
+    let steps = store
+        .list_steps(&RunRef::new("s", &run_id))
+        .await
+        .expect("steps");
     let stored = serde_json::to_string(&steps).expect("json");
     assert!(!stored.contains(TOKEN), "{stored}");
-    assert!(stored.contains("[secret: the connection token]"), "{stored}");
+    assert!(
+        stored.contains("[secret: the connection token]"),
+        "{stored}"
+    );
     let completed = events.iter().find_map(|e| match e {
         EventBody::ToolCompleted { content, .. } => Some(content.clone()),
         _ => None,

@@ -258,11 +258,17 @@ mod imp {
                     tv_sec: 0,
                     tv_nsec: i64::try_from(PARENT_POLL.as_nanos()).unwrap_or(200_000_000),
                 };
-                let limit = if parent_fd.is_some() { None } else { Some(&timeout) };
+                let limit = if parent_fd.is_some() {
+                    None
+                } else {
+                    Some(&timeout)
+                };
                 let _ = poll(&mut fds, limit);
-                let parent_ended = parent_fd.is_some() && fds[0].revents().contains(PollFlags::IN)
-                    || gone();
-                let host_closed = control.as_ref().is_some_and(|socket| closed(socket.as_fd()));
+                let parent_ended =
+                    parent_fd.is_some() && fds[0].revents().contains(PollFlags::IN) || gone();
+                let host_closed = control
+                    .as_ref()
+                    .is_some_and(|socket| closed(socket.as_fd()));
                 drop(fds);
                 if parent_ended || host_closed {
                     break;
@@ -351,7 +357,12 @@ mod imp {
     use std::process::Command;
 
     /// Elsewhere there is no subreaper: the program runs as a plain child.
-    pub(super) fn run(_prefix: &[&str], _report: bool, _inner: bool, program: Vec<OsString>) -> i32 {
+    pub(super) fn run(
+        _prefix: &[&str],
+        _report: bool,
+        _inner: bool,
+        program: Vec<OsString>,
+    ) -> i32 {
         match Command::new(&program[0]).args(&program[1..]).status() {
             Ok(status) => status.code().unwrap_or(1),
             Err(_) => 127,

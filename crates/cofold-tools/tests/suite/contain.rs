@@ -368,17 +368,30 @@ async fn behind_the_helper_a_timeout_ends_everything_and_exit_codes_come_through
         assert!(result.timed_out, "{result:?}");
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut run = args("echo out; echo err >&2; exit 7", dir.path(), Duration::from_secs(60));
+    let mut run = args(
+        "echo out; echo err >&2; exit 7",
+        dir.path(),
+        Duration::from_secs(60),
+    );
     run.helper = Some(helper());
     let result = exec_shell(run.clone()).await.expect("runs");
     assert_eq!(
-        (result.exit_code, result.stdout.as_str(), result.stderr.as_str(), result.stopped),
+        (
+            result.exit_code,
+            result.stdout.as_str(),
+            result.stderr.as_str(),
+            result.stopped
+        ),
         (Some(7), "out\n", "err\n", 0),
         "{result:?}"
     );
     run.command = "kill -TERM $$".into();
     let result = exec_shell(run.clone()).await.expect("runs");
-    assert_eq!((result.exit_code, result.signal), (None, Some(15)), "{result:?}");
+    assert_eq!(
+        (result.exit_code, result.signal),
+        (None, Some(15)),
+        "{result:?}"
+    );
     // The shell keeps its name and an empty input behind the helper.
     run.command = "echo $0; cat; echo end".into();
     let result = exec_shell(run).await.expect("runs");
@@ -432,7 +445,11 @@ async fn a_job_that_leaves_its_cgroup_still_dies_with_the_call() {
     let mut run = args(&command, dir.path(), Duration::from_secs(30));
     run.helper = Some(helper());
     let result = exec_shell(run).await.expect("runs");
-    assert_eq!((result.exit_code, result.stdout.as_str()), (Some(0), "moved\n"), "{result:?}");
+    assert_eq!(
+        (result.exit_code, result.stdout.as_str()),
+        (Some(0), "moved\n"),
+        "{result:?}"
+    );
     let left = processes_with(&seconds);
     assert!(left.is_empty(), "left {left:?}; {result:?}");
 }
@@ -462,7 +479,12 @@ fn the_helper_ends_the_call_when_its_starter_dies() {
     while processes_with(&seconds).len() < 2 && Instant::now() < deadline {
         std::thread::yield_now();
     }
-    assert_eq!(processes_with(&seconds).len(), 2, "{:?}", processes_with(&seconds));
+    assert_eq!(
+        processes_with(&seconds).len(),
+        2,
+        "{:?}",
+        processes_with(&seconds)
+    );
     starter.kill().expect("kill");
     starter.wait().expect("wait");
     let left = none_left(&seconds);
