@@ -76,6 +76,8 @@ pub(crate) struct Glob {
 }
 
 struct Inner {
+    /// The folder the pattern applies to, as the call named it (what a host's check judged).
+    base: PathBuf,
     /// Where the walk starts: the folder the pattern applies to plus its leading literal names.
     start: PathBuf,
     segments: Vec<Segment>,
@@ -159,6 +161,7 @@ impl Glob {
         let allowed = SKIPPED.map(|name| pattern.contains(name));
         Ok(Glob {
             inner: Arc::new(Inner {
+                base: normalize(base),
                 start,
                 segments,
                 allowed,
@@ -311,16 +314,23 @@ pub(crate) fn walk<V: Visit>(
     let stopped = AtomicBool::new(false);
     let filter = Arc::clone(&glob.inner);
     let skipped = Arc::new(AtomicUsize::new(0));
-    // A walk whose start is itself private was asked about as such: it sees what it names.
+    // A walk whose folder is itself private was asked about as such: it sees what it names.
+    // Otherwise a private start (leading literal names such as `.ssh/*`) is not entered at all.
     let start = &glob.inner.start;
-    let private = private
-        .filter(|p| !p.is_empty() && p.judge(start).is_none())
-        .map(|set| {
-            // Below its start the walk follows no link, so an entry's real path is the start's
-            // real path and the names under it.
-            let real = crate::private::resolved(start);
-            (Arc::clone(set), start.clone(), real, Arc::clone(&skipped))
-        });
+    let private = private.filter(|p| !p.is_empty() && p.judge(&glob.inner.base).is_none());
+    if private.is_some_and(|p| p.judge(start).is_some()) {
+        return Walked {
+            visits: Vec::new(),
+            stopped: false,
+            skipped: 1,
+        };
+    }
+    let private = private.map(|set| {
+        // Below its start the walk follows no link, so an entry's real path is the start's
+        // real path and the names under it.
+        let real = crate::private::resolved(start);
+        (Arc::clone(set), start.clone(), real, Arc::clone(&skipped))
+    });
     let mut walker = WalkBuilder::new(&glob.inner.start);
     walker
         .hidden(false)
@@ -448,8 +458,8 @@ pub fn matching_entries(base: &Path, pattern: &str) -> Result<Vec<(PathBuf, bool
     let found = walk(
         &glob,
         &CancellationToken::new(),
-        None,
         Duration::MAX,
+        None,
         Vec::<(PathBuf, bool)>::new,
     );
     Ok(found.visits.into_iter().flatten().collect())
