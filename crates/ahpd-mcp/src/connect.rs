@@ -117,9 +117,10 @@ pub(crate) async fn connect(
                         .map(|(_, v)| std::ffi::OsString::from(v))
                         .or_else(|| std::env::var_os("PATH"));
                     if !startable(command, cwd.as_deref(), path.as_deref()) {
+                        // ENOENT, the error a direct start gives.
                         return Err(format!(
                             "cannot start {command}: {}",
-                            std::io::Error::from(std::io::ErrorKind::NotFound)
+                            std::io::Error::from_raw_os_error(2)
                         ));
                     }
                     let mut cmd = tokio::process::Command::new(helper);
