@@ -114,6 +114,7 @@ async fn baseline(setup: &Setup, turns: usize, ep: &Endpoint, dir: &Path) -> Vec
             memory_dir,
             env: None,
             web_client: None,
+            private: None,
         },
     ) {
         builder = builder.capability(capability);

@@ -8,8 +8,10 @@ use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
 use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
 use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
+use cofold_agents::secrets::Secrets;
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
+use cofold_tools::private::PrivateSet;
 use cofold_tools::standard::{StandardArgs, standard_capabilities};
 use cofold_tools::web::ClientSource;
 use serde_json::Value;
@@ -228,6 +230,8 @@ impl AgentCore {
             }),
             ..ModelParams::default()
         };
+        let secrets = self.turn_secrets(copapo, credential.as_deref());
+        let private = Arc::new(self.turn_private());
         let model = self.turn_model(turn, copapo, credential, &params, effort.is_some())?;
         let (adapter, reference, window, images, network) = (
             model.adapter,
@@ -258,10 +262,12 @@ impl AgentCore {
                 // gave another), filtered by `tools.shell.env`.
                 env: Some(self.env.vars.clone().into_iter().collect()),
                 web_client: Some(web_client(network, &self.env)),
+                private: Some(private.clone()),
             },
         );
         let mut builder = CofoldRuntime::builder("cofold", instructions, adapter)
             .store(self.store.clone())
+            .secrets(secrets)
             .params(params)
             .context(PartialContext {
                 max_tokens: Some(window),
@@ -281,7 +287,7 @@ impl AgentCore {
         for capability in capabilities {
             builder = builder.capability_excluding(capability, host_tool_names.to_vec());
         }
-        let policy = self.turn_policy(turn, workspace);
+        let policy = self.turn_policy(turn, workspace, private);
         let agent = builder
             .policy(policy)
             .build()
@@ -306,11 +312,22 @@ impl AgentCore {
 
     /// The approval policy: the embedder's, else the turn's permission mode with the
     /// workspace as what is inside.
-    fn turn_policy(&self, turn: &TurnSettings, workspace: &Path) -> Arc<dyn Policy> {
+    ///
+    /// A call whose `path` (else `cwd`) lands in one of the person's private places (a
+    /// credential store, the daemon's or the engine's own files), by its resolved target or by
+    /// its file identity, is asked about in every mode but `bypassPermissions`, and refused
+    /// where the mode never asks.
+    fn turn_policy(
+        &self,
+        turn: &TurnSettings,
+        workspace: &Path,
+        private: Arc<PrivateSet>,
+    ) -> Arc<dyn Policy> {
         match &self.embedder.policy {
             Some(policy) => policy.clone(),
             None => {
                 let root = workspace.to_path_buf();
+                let judged = workspace.to_path_buf();
                 policy_of(
                     turn.mode.unwrap_or(PermissionMode::Auto),
                     ModeContext {
@@ -318,10 +335,59 @@ impl AgentCore {
                         is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
                             tool.effects().writes
                         })),
+                        private: Some(Arc::new(
+                            move |_: &cofold_agents::tool::Tool, input: &Value| {
+                                let named = ["path", "cwd"]
+                                    .iter()
+                                    .find_map(|key| input.get(*key).and_then(Value::as_str))?;
+                                let resolved = resolve_within(&judged, Path::new(named));
+                                let kind = private
+                                    .judge(&resolved.absolute)
+                                    .or_else(|| private.judge(&resolved.real))?;
+                                Some(format!(
+                                    "{} ({kind})",
+                                    cofold_tools::paths::display_path(&judged, &resolved.absolute)
+                                ))
+                            },
+                        )),
                     },
                 )
             }
         }
+    }
+
+    /// The secrets no tool call may carry: the daemon's (its token, the vault's values) and
+    /// the model keys this agent knows (the turn's credential, the providers' keys, the
+    /// record's own key).
+    fn turn_secrets(&self, copapo: &Copapo, credential: Option<&str>) -> Secrets {
+        let daemon = self
+            .embedder
+            .guard
+            .as_ref()
+            .map(|g| g.secrets())
+            .unwrap_or_default();
+        let keys = copapo
+            .providers
+            .iter()
+            .filter_map(|p| p.api_key.clone())
+            .chain(credential.map(str::to_owned))
+            .chain(self.options.api_key.clone())
+            .chain(
+                ["COFOLD_API_KEY", "COPAPO_API_KEY"]
+                    .iter()
+                    .filter_map(|name| self.env.vars.get(*name).cloned()),
+            );
+        daemon.with(keys.map(|key| ("a model provider's key", key)))
+    }
+
+    /// The private places of this agent's sessions: the daemon's set, and always the
+    /// credential stores under the home folder and the engine's own store.
+    fn turn_private(&self) -> PrivateSet {
+        let mut set = crate::guard::default_private(&self.env.home, self.store_root.as_deref());
+        if let Some(guard) = &self.embedder.guard {
+            set = set.with_set(&guard.private());
+        }
+        set
     }
 }
 

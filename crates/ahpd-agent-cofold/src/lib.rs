@@ -13,6 +13,7 @@ mod build;
 mod catalogue;
 mod client_tools;
 mod edits;
+pub mod guard;
 mod host_tools;
 mod machine;
 mod mcp;
@@ -29,6 +30,12 @@ mod turn_facts;
 mod turn_model;
 mod turn_parts;
 mod turns;
+
+/// The per-call helper that contains commands and stdio servers, for the daemon's binary to run
+/// and install (see `cofold_tools::shell::reaper`).
+pub mod contain {
+    pub use cofold_tools::shell::reaper::{Helper, install, installed, run};
+}
 
 pub use agent::{AgentBuildError, CofoldAgent, cofold_agent, cofold_agent_with};
 pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};

@@ -364,6 +364,9 @@ pub struct Embedder {
     pub mcp: Option<ahpd_mcp::McpHub>,
     /// The agent record's own `mcpServers`, merged over the hub's entries by name.
     pub record_mcp_servers: ahpd_mcp::Servers,
+    /// The daemon's secrets and private paths (without one: none, and the credential stores
+    /// under the home folder with the engine's store).
+    pub guard: Option<Arc<crate::guard::HostGuard>>,
 }
 
 impl Embedder {

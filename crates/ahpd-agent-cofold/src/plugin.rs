@@ -68,6 +68,13 @@ impl Plugin for CofoldPlugin {
         {
             embedder.mcp = Some((*hub).clone());
         }
+        if embedder.guard.is_none()
+            && let Some(guard) = registrar
+                .service(crate::guard::GUARD_SERVICE)
+                .and_then(|s| s.downcast::<crate::guard::HostGuard>().ok())
+        {
+            embedder.guard = Some(guard);
+        }
         registrar.engine(Arc::new(CofoldEngine {
             plugin_options: options,
             embedder,

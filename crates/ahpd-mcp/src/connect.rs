@@ -106,7 +106,29 @@ pub(crate) async fn connect(
             env,
         } => {
             let env = resolve(env, secrets, &mut hidden)?;
-            let mut cmd = tokio::process::Command::new(command);
+            let helper = crate::tree::helper().filter(|(program, _)| program.is_file());
+            let mut cmd = match helper {
+                // Behind the helper, a program that cannot be started would only fail inside
+                // it: look for it first, so the sentence is the one a direct start gives.
+                Some((helper, prefix)) => {
+                    let path = env
+                        .iter()
+                        .find(|(k, _)| k == "PATH")
+                        .map(|(_, v)| std::ffi::OsString::from(v))
+                        .or_else(|| std::env::var_os("PATH"));
+                    if !startable(command, cwd.as_deref(), path.as_deref()) {
+                        // ENOENT, the error a direct start gives.
+                        return Err(format!(
+                            "cannot start {command}: {}",
+                            std::io::Error::from_raw_os_error(2)
+                        ));
+                    }
+                    let mut cmd = tokio::process::Command::new(helper);
+                    cmd.args(prefix).arg("--").arg(command);
+                    cmd
+                }
+                None => tokio::process::Command::new(command),
+            };
             cmd.args(args).env_clear();
             cmd.envs(std::env::vars_os().filter(|(n, _)| passes(&n.to_string_lossy())));
             cmd.envs(env);
@@ -156,6 +178,33 @@ pub(crate) async fn connect(
         tools_changed: rx,
         group,
         stderr,
+    })
+}
+
+/// Whether `program` names an executable file (a path, from `cwd` when relative), or one
+/// found along `path`.
+fn startable(program: &str, cwd: Option<&std::path::Path>, path: Option<&std::ffi::OsStr>) -> bool {
+    let executable = |candidate: &std::path::Path| {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(candidate)
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        }
+        #[cfg(not(unix))]
+        {
+            candidate.is_file()
+        }
+    };
+    if program.contains('/') {
+        let candidate = std::path::Path::new(program);
+        return match cwd {
+            Some(cwd) if candidate.is_relative() => executable(&cwd.join(candidate)),
+            _ => executable(candidate),
+        };
+    }
+    path.is_some_and(|path| {
+        std::env::split_paths(path).any(|dir| dir.is_absolute() && executable(&dir.join(program)))
     })
 }
 

@@ -17,6 +17,8 @@ mod server;
 pub mod spec;
 mod tree;
 
+pub use tree::contain_with;
+
 use std::sync::Arc;
 
 pub use call::{CallError, CallOutput, Image};

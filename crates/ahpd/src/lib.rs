@@ -42,6 +42,13 @@ use crate::locations::Locations;
 /// Parses the command line, runs what it asks for and returns the process exit code (see
 /// docs/configuration.md). Failures are printed as one `ahpd: ...` line on standard error.
 pub fn run_command_line() -> i32 {
+    // The per-call helper that contains commands and stdio servers: the daemon starts itself
+    // again for it, so it is never a program found along PATH.
+    let mut argv = std::env::args_os();
+    if argv.nth(1).is_some_and(|a| a == CONTAIN) {
+        return ahpd_agent_cofold::contain::run(&[CONTAIN], argv.collect());
+    }
+    install_contain_helper();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -50,6 +57,22 @@ pub fn run_command_line() -> i32 {
             exit_code_of(&err)
         }
     }
+}
+
+/// The hidden subcommand that runs the containing helper.
+const CONTAIN: &str = "__contain";
+
+/// Makes this executable, run as `__contain`, the helper every command and stdio server starts
+/// behind.
+fn install_contain_helper() {
+    let Ok(me) = std::env::current_exe() else {
+        return;
+    };
+    ahpd_agent_cofold::contain::install(ahpd_agent_cofold::contain::Helper {
+        program: me.clone(),
+        args: vec![CONTAIN.into()],
+    });
+    ahpd_mcp::contain_with(me, vec![CONTAIN.into()]);
 }
 
 /// Maps a failure to the exit code its kind calls for.

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ahpd_agent_cofold::guard::{GUARD_SERVICE, HostGuard, Secrets};
 use ahpd_sdk::ahp_types::common::JsonObject;
 use ahpd_sdk::plugin::{Engine, Registrar};
 use ahpd_sdk::ports::FileSessionStore;
@@ -98,6 +99,29 @@ fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, S
     }
 }
 
+/// The secrets the daemon knows, for the sessions' tools to keep out of their inputs and
+/// results: the connection token and every value of the vault (MCP servers' and agents' keys
+/// among them). The token file was written before the host is built, so reading it is enough.
+fn host_secrets(settings: &Settings, vault: &Vault) -> Secrets {
+    let token = match &settings.token.value {
+        TokenSetting::Literal(s) => Some(s.expose().to_owned()),
+        TokenSetting::SecretRef(name) => vault.read(name).ok().map(|s| s.expose().to_owned()),
+        TokenSetting::File(path) => std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim().to_owned()),
+        TokenSetting::Without => None,
+    };
+    let stored: Vec<String> = vault
+        .names()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| vault.read(name).ok())
+        .map(|s| s.expose().to_owned())
+        .collect();
+    Secrets::new(token.map(|t| ("the connection token", t)))
+        .with(stored.into_iter().map(|v| ("a secret of the vault", v)))
+}
+
 /// What the plugins registered.
 #[derive(Default)]
 struct Collected {
@@ -107,6 +131,8 @@ struct Collected {
     extras: crate::machines::Extras,
     /// What a plugin may ask of the daemon.
     context: crate::machines::Context,
+    /// The secrets and private paths the sessions' tools keep to the person.
+    guard: Option<Arc<HostGuard>>,
 }
 
 impl Registrar for Collected {
@@ -124,6 +150,10 @@ impl Registrar for Collected {
                 .mcp
                 .clone()
                 .map(|hub| Arc::new(hub) as Arc<dyn std::any::Any + Send + Sync>),
+            GUARD_SERVICE => self
+                .guard
+                .clone()
+                .map(|guard| guard as Arc<dyn std::any::Any + Send + Sync>),
             _ => None,
         }
     }
@@ -166,6 +196,7 @@ async fn apply_plugins(
     mcp: &ahpd_mcp::McpHub,
     context: &crate::machines::Context,
     extras: &mut crate::machines::Extras,
+    guard: &Arc<HostGuard>,
 ) -> Result<(Vec<EngineSlot>, Vec<FixedAgent>), ServeError> {
     let mut engines: Vec<EngineSlot> = Vec::new();
     let mut fixed: Vec<FixedAgent> = Vec::new();
@@ -184,6 +215,7 @@ async fn apply_plugins(
         let mut collected = Collected {
             mcp: Some(mcp.clone()),
             context: context.clone(),
+            guard: Some(guard.clone()),
             ..Collected::default()
         };
         let applied = std::panic::AssertUnwindSafe(b.plugin.apply(options.clone(), &mut collected))
@@ -425,8 +457,12 @@ pub(crate) async fn build_host(
     let mcp = crate::mcp::hub(settings, vault);
     let context = crate::machines::Context::for_run(loc, vault, run.stdio);
     let mut extras = crate::machines::Extras::default();
-    let (engines, fixed) = apply_plugins(&cands, vault, &mcp, &context, &mut extras).await?;
+    let guard = HostGuard::new();
+    guard.set_secrets(host_secrets(settings, vault));
+    let (engines, fixed) =
+        apply_plugins(&cands, vault, &mcp, &context, &mut extras, &guard).await?;
     let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();
+    guard.set_private(served::private_set(loc, settings, &engine_options));
 
     let store = RecordStore::new(loc.agents(), vault.clone());
     if let Err(e) = store.seed(&engines) {

@@ -7,6 +7,7 @@ use crate::hooks::{Hooks, NoHooks};
 use crate::id::is_valid_name;
 use crate::model::{ModelAdapter, ModelParams};
 use crate::policy::{DefaultDecide, Policy};
+use crate::secrets::Secrets;
 use crate::store::{MemoryStore, Store};
 use crate::tool::{Resources, Tool};
 use serde::{Deserialize, Serialize};
@@ -207,6 +208,7 @@ struct AgentInner {
     context: ContextSettings,
     params: ModelParams,
     resources: Resources,
+    secrets: Secrets,
     shared_namespace: String,
     warn: WarnFn,
 }
@@ -284,6 +286,7 @@ impl Agent {
             context: PartialContext::default(),
             params: ModelParams::default(),
             resources: Resources::default(),
+            secrets: Secrets::none(),
             shared_namespace: None,
             warn: None,
         }
@@ -342,6 +345,11 @@ impl Agent {
     /// Request settings sent with every model request.
     pub fn params(&self) -> &ModelParams {
         &self.inner.params
+    }
+
+    /// The host's secrets, kept out of tools' inputs and results.
+    pub fn secrets(&self) -> &Secrets {
+        &self.inner.secrets
     }
 
     /// Host values handed to tools.
@@ -408,6 +416,7 @@ pub struct AgentBuilder {
     context: PartialContext,
     params: ModelParams,
     resources: Resources,
+    secrets: Secrets,
     shared_namespace: Option<String>,
     warn: Option<WarnFn>,
 }
@@ -421,6 +430,13 @@ impl fmt::Debug for AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The host's secrets: a call whose input carries one is refused, a result carrying one is
+    /// masked, in every mode (default none).
+    pub fn secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
     /// Adds tools (source `agent`), after any added before.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
         self.tools.extend(tools);
@@ -593,6 +609,7 @@ impl AgentBuilder {
                 hooks: self.hooks.unwrap_or_else(|| Arc::new(NoHooks)),
                 params: self.params,
                 resources: self.resources,
+                secrets: self.secrets,
                 warn,
             }),
         })

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod provider;
 pub mod question;
 pub mod schema;
+pub mod secrets;
 pub mod status;
 pub mod thinking;
 pub mod tool;

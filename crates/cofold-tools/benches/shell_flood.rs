@@ -136,6 +136,7 @@ fn args(command: &str, cwd: &std::path::Path) -> ShellExecArgs {
         env: ShellEnv::default(),
         base_env: None,
         cgroup: true,
+        helper: None,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct FilesOptions {
     /// How long one list_files or search_files walk may take before it stops and says so
     /// (default 30 s).
     pub walk_limit: std::time::Duration,
+    /// What the person keeps to themselves: list_files and search_files skip it and say so
+    /// (default none). The permission check of a host asks before a call naming it.
+    pub private: Option<Arc<crate::private::PrivateSet>>,
     /// Test seam: called with the real path after the write checks and right before the first
     /// open of the file or its parent folder.
     #[doc(hidden)]
@@ -62,6 +65,7 @@ impl Default for FilesOptions {
             require_read: true,
             walk_limit: std::time::Duration::from_secs(30),
             read_record: None,
+            private: None,
             before_open: None,
         }
     }

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::files::{FilesOptions, files};
 use crate::memory::{MemoryOptions, memory};
+use crate::private::PrivateSet;
 use crate::shell::{ShellEnv, ShellOptions, shell};
 use crate::web::search::{
     BraveOptions, DuckDuckGoOptions, TavilyOptions, brave, duckduckgo, tavily,
@@ -440,6 +441,8 @@ pub struct StandardArgs {
     /// Where web_fetch and the search providers get their HTTP clients (proxies, certificates);
     /// `None` uses no proxy.
     pub web_client: Option<ClientSource>,
+    /// What the person keeps to themselves; list_files and search_files skip it.
+    pub private: Option<Arc<PrivateSet>>,
 }
 
 /// The capabilities a `tools` section asks for, in the order files, shell, web, memory.
@@ -447,11 +450,13 @@ pub fn standard_capabilities(config: &ToolsConfig, args: StandardArgs) -> Vec<Ar
     let mut out: Vec<Arc<dyn Capability>> = Vec::new();
     match &config.files {
         Some(FilesConfig::Enabled(false)) => {}
-        None | Some(FilesConfig::Enabled(true)) => {
-            out.push(Arc::new(files(FilesOptions::default())))
-        }
+        None | Some(FilesConfig::Enabled(true)) => out.push(Arc::new(files(FilesOptions {
+            private: args.private.clone(),
+            ..FilesOptions::default()
+        }))),
         Some(FilesConfig::Options { require_read }) => out.push(Arc::new(files(FilesOptions {
             require_read: require_read.unwrap_or(true),
+            private: args.private.clone(),
             ..FilesOptions::default()
         }))),
     }

@@ -13,7 +13,7 @@
 use std::ffi::OsStr;
 use std::fs::FileType;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, Wal
 use tokio_util::sync::CancellationToken;
 
 use crate::paths::{normalize, real_path};
+use crate::private::PrivateSet;
 
 /// Names neither listed nor entered unless the pattern's text contains them.
 const SKIPPED: [&str; 2] = ["node_modules", ".git"];
@@ -75,6 +76,8 @@ pub(crate) struct Glob {
 }
 
 struct Inner {
+    /// The folder the pattern applies to, as the call named it (what a host's check judged).
+    base: PathBuf,
     /// Where the walk starts: the folder the pattern applies to plus its leading literal names.
     start: PathBuf,
     segments: Vec<Segment>,
@@ -158,6 +161,7 @@ impl Glob {
         let allowed = SKIPPED.map(|name| pattern.contains(name));
         Ok(Glob {
             inner: Arc::new(Inner {
+                base: normalize(base),
                 start,
                 segments,
                 allowed,
@@ -289,6 +293,9 @@ pub(crate) struct Walked<V> {
     pub(crate) visits: Vec<V>,
     /// The time limit passed before the walk was done, so the visitors saw part of the tree.
     pub(crate) stopped: bool,
+    /// Entries left out because they are private (credential stores, the host's own files),
+    /// folders counted once and not entered.
+    pub(crate) skipped: usize,
 }
 
 /// Walks the glob's start in parallel with one `V` per thread, and returns them all.
@@ -299,12 +306,31 @@ pub(crate) fn walk<V: Visit>(
     glob: &Glob,
     cancel: &CancellationToken,
     limit: Duration,
+    private: Option<&Arc<PrivateSet>>,
     make: impl Fn() -> V + Sync,
 ) -> Walked<V> {
     // A limit too far away to add is no limit.
     let deadline = Instant::now().checked_add(limit);
     let stopped = AtomicBool::new(false);
     let filter = Arc::clone(&glob.inner);
+    let skipped = Arc::new(AtomicUsize::new(0));
+    // A walk whose folder is itself private was asked about as such: it sees what it names.
+    // Otherwise a private start (leading literal names such as `.ssh/*`) is not entered at all.
+    let start = &glob.inner.start;
+    let private = private.filter(|p| !p.is_empty() && p.judge(&glob.inner.base).is_none());
+    if private.is_some_and(|p| p.judge(start).is_some()) {
+        return Walked {
+            visits: Vec::new(),
+            stopped: false,
+            skipped: 1,
+        };
+    }
+    let private = private.map(|set| {
+        // Below its start the walk follows no link, so an entry's real path is the start's
+        // real path and the names under it.
+        let real = crate::private::resolved(start);
+        (Arc::clone(set), start.clone(), real, Arc::clone(&skipped))
+    });
     let mut walker = WalkBuilder::new(&glob.inner.start);
     walker
         .hidden(false)
@@ -314,7 +340,20 @@ pub(crate) fn walk<V: Visit>(
         .git_ignore(true)
         .git_global(true)
         .git_exclude(true)
-        .filter_entry(move |entry| filter.keep(entry));
+        .filter_entry(move |entry| {
+            if !filter.keep(entry) {
+                return false;
+            }
+            if let Some((set, start, real, skipped)) = &private
+                && entry.depth() > 0
+                && let Ok(rest) = entry.path().strip_prefix(start)
+                && set.judge_entry(&real.join(rest)).is_some()
+            {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            true
+        });
     let done = Mutex::new(Vec::new());
     let mut builder = Builder {
         glob,
@@ -328,6 +367,7 @@ pub(crate) fn walk<V: Visit>(
     Walked {
         visits: done.into_inner().unwrap_or_else(|e| e.into_inner()),
         stopped: stopped.into_inner(),
+        skipped: skipped.load(Ordering::Relaxed),
     }
 }
 
@@ -419,6 +459,7 @@ pub fn matching_entries(base: &Path, pattern: &str) -> Result<Vec<(PathBuf, bool
         &glob,
         &CancellationToken::new(),
         Duration::MAX,
+        None,
         Vec::<(PathBuf, bool)>::new,
     );
     Ok(found.visits.into_iter().flatten().collect())

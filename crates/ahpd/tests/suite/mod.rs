@@ -4,6 +4,7 @@ mod cli;
 mod config;
 mod crash;
 mod daemon;
+mod hostile;
 mod machines_docker;
 mod machines_docker_bed;
 mod machines_docker_cases;

@@ -6,7 +6,9 @@ mod modes;
 mod rules;
 
 pub use glob::match_glob;
-pub use modes::{InsideFn, IsEditFn, ModeContext, PermissionMode, mode_description, policy_of};
+pub use modes::{
+    InsideFn, IsEditFn, ModeContext, PermissionMode, PrivateFn, mode_description, policy_of,
+};
 pub use rules::{Rule, RuleSet, rules};
 
 pub use crate::status::{Denial, DenialBy};

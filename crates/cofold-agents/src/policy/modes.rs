@@ -21,7 +21,7 @@ pub enum PermissionMode {
     AcceptEdits,
     /// Refuse anything that would change something.
     Plan,
-    /// Ask only before destructive tools.
+    /// Ask before writes and commands (memory included); reads and web requests run.
     #[default]
     Auto,
     /// Run everything.
@@ -99,7 +99,7 @@ pub fn mode_description(mode: PermissionMode) -> &'static str {
             "Looks without touching: anything that would change something is refused."
         }
         PermissionMode::Auto => {
-            "Asks only before destructive tools such as file writes and commands."
+            "Asks before any write (memory notes too) and before commands; reads and web requests run."
         }
         PermissionMode::BypassPermissions => "Runs every tool without asking.",
         PermissionMode::DontAsk => "Never asks: whatever default would ask about is refused.",
@@ -110,6 +110,9 @@ pub fn mode_description(mode: PermissionMode) -> &'static str {
 pub type InsideFn = Arc<dyn Fn(&Path) -> bool + Send + Sync>;
 /// Whether a tool counts as an edit.
 pub type IsEditFn = Arc<dyn Fn(&Tool) -> bool + Send + Sync>;
+/// What a call reaches that the person keeps to themselves (a credential store, the host's own
+/// files), said as a phrase (`~/.ssh/id_ed25519, a credential store`); `None` for ordinary calls.
+pub type PrivateFn = Arc<dyn Fn(&Tool, &Value) -> Option<String> + Send + Sync>;
 
 /// What a mode needs to know about the workspace and the tools.
 #[derive(Clone)]
@@ -118,6 +121,10 @@ pub struct ModeContext {
     pub inside: InsideFn,
     /// Whether a tool is an edit; without it, a tool declaring `effects.writes` is.
     pub is_edit: Option<IsEditFn>,
+    /// What of the person's own a call reaches. Such a call is asked in `auto`, `default` and
+    /// `acceptEdits` and refused in `plan` and `dontAsk`, whatever else the mode would do;
+    /// `bypassPermissions` alone runs it.
+    pub private: Option<PrivateFn>,
 }
 
 impl ModeContext {
@@ -126,7 +133,17 @@ impl ModeContext {
         ModeContext {
             inside: Arc::new(inside),
             is_edit: None,
+            private: None,
         }
+    }
+
+    /// The same context with a test for what is the person's own.
+    pub fn with_private(
+        mut self,
+        private: impl Fn(&Tool, &Value) -> Option<String> + Send + Sync + 'static,
+    ) -> ModeContext {
+        self.private = Some(Arc::new(private));
+        self
     }
 
     /// The same context with an `is_edit` test.
@@ -143,6 +160,7 @@ impl fmt::Debug for ModeContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModeContext")
             .field("is_edit", &self.is_edit.is_some())
+            .field("private", &self.private.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -207,6 +225,19 @@ impl ModePolicy {
 impl Policy for ModePolicy {
     async fn decide(&self, args: &DecideArgs<'_>) -> Decision {
         let (tool, input) = (args.tool, args.input);
+        if self.mode != PermissionMode::BypassPermissions
+            && let Some(private) = &self.context.private
+            && let Some(what) = private(tool, input)
+        {
+            return match self.mode {
+                PermissionMode::Plan | PermissionMode::DontAsk => Decision::deny(format!(
+                    "{} reaches {what}, which is the person's own, and the mode is {}",
+                    tool.name(),
+                    self.mode
+                )),
+                _ => Decision::ask(),
+            };
+        }
         match self.mode {
             PermissionMode::Default => self.ask_on_effects(tool, input),
             PermissionMode::AcceptEdits => {
@@ -228,7 +259,14 @@ impl Policy for ModePolicy {
                 }
                 self.ask_on_effects(tool, input)
             }
-            PermissionMode::Auto => default_decide(tool),
+            // A write is a write, memory notes included: a later session reads them.
+            PermissionMode::Auto => {
+                if tool.effects().writes {
+                    Decision::ask()
+                } else {
+                    default_decide(tool)
+                }
+            }
             PermissionMode::BypassPermissions => Decision::allow(),
             PermissionMode::DontAsk => {
                 let decision = self.ask_on_effects(tool, input);

@@ -116,14 +116,44 @@ impl Runner {
     }
 
     async fn propose(&mut self, call: &ToolCall, subject: Option<String>) -> Flow<()> {
+        let secrets = self.agent.secrets();
         self.emit(EventBody::ToolProposed {
             call_id: call.call_id.clone(),
             name: call.name.clone(),
-            input: call.input.clone(),
-            subject,
+            input: call.input.as_ref().map(|i| secrets.mask_value(i)),
+            subject: subject.map(|s| secrets.mask(&s)),
         })
         .await?;
         Ok(())
+    }
+
+    /// Refuses, before anything else is asked or run, a call whose input carries one of the
+    /// host's secrets; the refusal names the secret's kind and every record of the call holds
+    /// it masked. Any mode: a mode decides what a person is asked, not what leaves the host.
+    async fn carries_secret(
+        &mut self,
+        call: &ToolCall,
+        tool: &Tool,
+        input: &Value,
+    ) -> Flow<Option<CallResult>> {
+        let secrets = self.agent.secrets().clone();
+        let Some(kind) = secrets.found_in(input) else {
+            return Ok(None);
+        };
+        let reason = crate::secrets::Secrets::refusal(tool.name(), kind);
+        self.propose(call, None).await?;
+        let masked = call.input.as_ref().map(|i| secrets.mask_value(i));
+        self.add_denial(call, masked, &reason, DenialBy::Policy);
+        self.emit(EventBody::ToolDenied {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            reason: reason.clone(),
+        })
+        .await?;
+        Ok(Some(CallResult::Answered {
+            result: error_result(call, reason),
+            stop: None,
+        }))
     }
 
     /// Decides and, when allowed, runs one call: the tool looked up, its input checked, the
@@ -142,11 +172,17 @@ impl Runner {
             Ok(input) => input,
             Err(refused) => return Ok(refused),
         };
+        if let Some(refused) = self.carries_secret(call, &tool, &input).await? {
+            return Ok(refused);
+        }
         let info = self.run_info();
         let (input, hook_prompt) = match self.before_tool(call, &tool, input, &info).await? {
             Hooked::Go { input, prompt } => (input, prompt),
             Hooked::Done(result) => return Ok(result),
         };
+        if let Some(refused) = self.carries_secret(call, &tool, &input).await? {
+            return Ok(refused);
+        }
         self.propose(call, tool.subject(&input)).await?;
         let args = DecideArgs {
             tool: &tool,
@@ -297,6 +333,10 @@ impl Runner {
         tool: &Tool,
         input: Value,
     ) -> Flow<CallResult> {
+        // Also here: an approved call resumed after a pause comes straight to this point.
+        if let Some(refused) = self.carries_secret(call, tool, &input).await? {
+            return Ok(refused);
+        }
         self.tally.tool_calls += 1;
         let invocation_id = new_id();
         let started_at = Timestamp::now();
@@ -365,14 +405,14 @@ impl Runner {
                 });
             }
             Some(Err(ToolError::Failed { message, name })) => ToolOriginal {
-                content: message,
+                content: self.agent.secrets().mask(&message),
                 is_error: true,
                 detail: Some(json!({ "name": name.unwrap_or_else(|| "Error".into()) })),
             },
             Some(Ok(output)) => ToolOriginal {
-                content: output.content,
+                content: self.agent.secrets().mask(&output.content),
                 is_error: false,
-                detail: output.detail,
+                detail: output.detail.map(|d| self.agent.secrets().mask_value(&d)),
             },
         };
         self.finish_execution(call, tool, &invocation_id, &started_at, original)
@@ -425,7 +465,7 @@ impl Runner {
         let content = if after.output == bounded {
             after.output
         } else {
-            bound(after.output, max)
+            bound(self.agent.secrets().mask(&after.output), max)
         };
         let is_error = after.is_error.unwrap_or(original.is_error);
         let transformed =

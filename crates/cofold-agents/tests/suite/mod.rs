@@ -7,6 +7,7 @@ mod policy;
 mod policy_modes;
 mod questions;
 mod schema;
+mod secrets;
 mod tools;
 
 mod answers;

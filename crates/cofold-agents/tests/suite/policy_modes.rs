@@ -194,7 +194,7 @@ async fn every_cell_of_the_standard_tool_table() {
         (
             "memory_write",
             vec![(&tools.memory_write, json!({ "path": "notes.md" }))],
-            ["ask", "ask", "deny", "run", "run", "deny"],
+            ["ask", "ask", "deny", "ask", "run", "deny"],
         ),
         (
             "memory_read relative or none",
@@ -350,9 +350,10 @@ async fn each_mode_on_reads_writes_network_and_destructive_calls() {
             PermissionMode::Plan,
             ["run", "ask", "deny", "ask", "deny", "run"],
         ),
+        // A write asks in auto (issue 28: memory_write is a write).
         (
             PermissionMode::Auto,
-            ["run", "run", "run", "run", "ask", "run"],
+            ["run", "run", "ask", "run", "ask", "run"],
         ),
         (
             PermissionMode::BypassPermissions,
@@ -411,4 +412,55 @@ async fn a_read_is_judged_by_path_then_cwd() {
         decide(&*policy, &read, Value::Null).await,
         Decision::allow()
     );
+}
+
+/// What the host says is the person's own (a credential store) is asked about in every mode
+/// that asks and refused in those that never do, reads included; only bypassPermissions runs it.
+#[tokio::test]
+async fn private_places_are_asked_everywhere_but_bypass_and_refused_where_nothing_asks() {
+    let workspace = Workspace::new();
+    let memory = workspace.outside.join("memory");
+    let tools = Standard::new(&workspace, &memory);
+    let context = workspace.context().with_private(|_: &Tool, input: &Value| {
+        input["path"]
+            .as_str()
+            .filter(|p| p.starts_with(".ssh"))
+            .map(|p| format!("{p} (a credential store)"))
+    });
+    for (tool, input) in [
+        (&tools.read_file, json!({ "path": ".ssh/id_ed25519" })),
+        (
+            &tools.search_files,
+            json!({ "pattern": "KEY", "path": ".ssh" }),
+        ),
+        (&tools.edit_file, json!({ "path": ".ssh/authorized_keys" })),
+    ] {
+        for (mode, want) in PermissionMode::ALL
+            .into_iter()
+            .zip(["ask", "ask", "deny", "ask", "run", "deny"])
+        {
+            let policy = policy_of(mode, context.clone());
+            let decision = decide(&*policy, tool, input.clone()).await;
+            assert_eq!(
+                outcome(&decision),
+                want,
+                "{} {input} under {mode}",
+                tool.name()
+            );
+            if let Some(reason) = decision.reason {
+                assert_eq!(
+                    reason,
+                    format!(
+                        "{} reaches {} (a credential store), which is the person's own, and the mode is {mode}",
+                        tool.name(),
+                        input["path"].as_str().unwrap_or_default()
+                    )
+                );
+            }
+        }
+    }
+    // Ordinary paths are judged as before.
+    let policy = policy_of(PermissionMode::Auto, context);
+    let decision = decide(&*policy, &tools.read_file, json!({ "path": "src/a.rs" })).await;
+    assert_eq!(outcome(&decision), "run");
 }

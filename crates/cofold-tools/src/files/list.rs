@@ -21,14 +21,21 @@ pub(crate) fn list_files(
 ) -> Result<String, Refusal> {
     let base = resolve_within(&run.workspace, Path::new(cwd.unwrap_or("."))).absolute;
     let glob = Glob::new(&base, pattern).map_err(|error| glob_refusal(pattern, &error, "cwd"))?;
-    let found = walk(&glob, cancel, run.options.walk_limit, Vec::new);
-    let stopped = found.stopped;
+    let found = walk(
+        &glob,
+        cancel,
+        run.options.walk_limit,
+        run.options.private.as_ref(),
+        Vec::new,
+    );
+    let (stopped, skipped) = (found.stopped, found.skipped);
     let mut entries: Vec<(PathBuf, bool)> = found.visits.into_iter().flatten().collect();
     if entries.is_empty() {
         let mut out = format!(
             "no files match {pattern} under {}",
             display_path(&run.workspace, &base)
         );
+        out.push_str(&skipped_note(skipped));
         if stopped {
             out.push_str(&stopped_note(run));
         }
@@ -53,6 +60,7 @@ pub(crate) fn list_files(
     if capped {
         out.push_str(&format!("\n[{MAX_ENTRIES} entries; narrow the pattern]"));
     }
+    out.push_str(&skipped_note(skipped));
     if stopped {
         out.push_str(&stopped_note(run));
     }
@@ -69,6 +77,17 @@ pub(crate) fn glob_refusal(pattern: &str, error: &GlobError, folder: &str) -> Re
              another folder as {folder} (a folder outside the workspace may need approval)"
         ),
     })
+}
+
+/// The trailer of a walk that left private entries out; empty when it left none.
+pub(crate) fn skipped_note(skipped: usize) -> String {
+    match skipped {
+        0 => String::new(),
+        n => format!(
+            "\n[{n} private entries skipped (credential stores, the host's own files): name one as \
+             the folder to ask for it]"
+        ),
+    }
 }
 
 /// The trailer of a walk the time limit stopped.

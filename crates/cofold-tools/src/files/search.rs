@@ -14,7 +14,7 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use tokio_util::sync::CancellationToken;
 
-use super::list::{glob_refusal, stopped_note};
+use super::list::{glob_refusal, skipped_note, stopped_note};
 use super::read::BINARY_PROBE;
 use super::read::open_for_reading;
 use super::{Refusal, Run};
@@ -61,19 +61,26 @@ pub(crate) fn search_files(
         .try_into()
         .unwrap_or(usize::MAX);
     let make = || Searching::new(&matcher, limit);
-    let (found, stopped) = if meta.is_dir() {
+    let (found, stopped, skipped) = if meta.is_dir() {
         let text = input.glob.unwrap_or("**/*");
         let glob = Glob::new(&root, text).map_err(|error| glob_refusal(text, &error, "path"))?;
-        let walked = walk(&glob, cancel, run.options.walk_limit, make);
-        (walked.visits, walked.stopped)
+        let walked = walk(
+            &glob,
+            cancel,
+            run.options.walk_limit,
+            run.options.private.as_ref(),
+            make,
+        );
+        (walked.visits, walked.stopped, walked.skipped)
     } else {
         let mut one = make();
         one.search_file(&root);
-        (vec![one], false)
+        (vec![one], false, 0)
     };
     let mut rows: Vec<Row> = found.into_iter().flat_map(|s| s.heap.into_vec()).collect();
     if rows.is_empty() {
         let mut out = format!("no matches for /{pattern}/ under {shown_root}");
+        out.push_str(&skipped_note(skipped));
         if stopped {
             out.push_str(&stopped_note(run));
         }
@@ -101,6 +108,7 @@ pub(crate) fn search_files(
     if capped {
         out.push_str(&format!("\n[{limit} rows; narrow with path or glob]"));
     }
+    out.push_str(&skipped_note(skipped));
     if stopped {
         out.push_str(&stopped_note(run));
     }

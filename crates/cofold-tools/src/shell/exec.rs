@@ -101,6 +101,10 @@ pub struct ShellExecArgs {
     /// Run the command in a cgroup of its own where one can be made (`shell_exec` always
     /// does); without, the marker scan alone finds its processes.
     pub cgroup: bool,
+    /// The per-call helper to start the shell behind (Linux); `None` is the one the process
+    /// installed ([`super::reaper::install`]), and without either the marker scan alone
+    /// contains the call.
+    pub helper: Option<super::reaper::Helper>,
 }
 
 /// What one run produced.
@@ -200,6 +204,9 @@ pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult>
 
     let (exit_code, signal) = if timed_out || aborted {
         (None, None)
+    } else if let Some(report) = &guard.report {
+        // Behind the helper, the shell's own ending is the helper's word, not its exit code.
+        (report.exit_code, report.signal)
     } else {
         status.map(exit_parts).unwrap_or((None, None))
     };
@@ -221,6 +228,16 @@ pub async fn exec_shell(mut args: ShellExecArgs) -> std::io::Result<ShellResult>
 async fn start_shell(
     args: &mut ShellExecArgs,
 ) -> std::io::Result<(tokio::process::Child, TreeGuard)> {
+    #[cfg(target_os = "linux")]
+    if let Some(helper) = args
+        .helper
+        .clone()
+        .or_else(|| super::reaper::installed().cloned())
+        // A program replaced or removed since it was installed cannot be started again.
+        .filter(|helper| helper.program.is_file())
+    {
+        return start_behind_helper(args, &helper);
+    }
     become_subreaper();
     let marker = new_marker();
     let vars = match args.base_env.take() {
@@ -245,6 +262,96 @@ async fn start_shell(
     let guard = TreeGuard::new(child.id(), marker, group);
     Ok((child, guard))
 }
+
+/// Starts the shell behind the per-call helper (see the `reaper` module): the helper's standard
+/// input is a socket to us, on which it is let through once it is in the call's cgroup (when
+/// there is one) and on which it reports how the shell ended and what it stopped.
+#[cfg(target_os = "linux")]
+fn start_behind_helper(
+    args: &mut ShellExecArgs,
+    helper: &super::reaper::Helper,
+) -> std::io::Result<(tokio::process::Child, TreeGuard)> {
+    use std::io::Write as _;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let marker = new_marker();
+    let vars = match args.base_env.take() {
+        Some(vars) => args.env.apply(vars),
+        None => args.env.apply(std::env::vars_os()),
+    };
+    let group = if args.cgroup {
+        CallGroup::create(&marker).map(Arc::new)
+    } else {
+        None
+    };
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut shell_args: Vec<OsString> = args.shell.args.iter().map(OsString::from).collect();
+    shell_args.push(OsString::from(&args.command));
+    let mut command = Command::new(&helper.program);
+    command
+        .args(helper.wrap(true, &OsString::from(&args.shell.command), &shell_args))
+        .current_dir(&args.cwd)
+        .env_clear()
+        .envs(vars)
+        .env(MARKER_VAR, &marker)
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = command.spawn()?;
+    // Our copy of the helper's end goes, so its closing is seen when the helpers are gone.
+    drop(command);
+    if let (Some(group), Some(pid)) = (&group, child.id()) {
+        group.adopt(pid);
+    }
+    // In the group now: let the helper start the shell. A helper that died has nothing to open.
+    let _ = (&ours).write_all(b"\n");
+    let mut guard = TreeGuard::new(None, marker, group);
+    guard.control = Some(ours);
+    Ok((child, guard))
+}
+
+/// What the helper said about the call.
+#[derive(Debug, Default)]
+struct Report {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    stopped: usize,
+}
+
+/// Tells the helpers the call is over (they then end everything below them), and reads what
+/// they report until both have gone, for at most `PATIENCE_FOR_HELPERS`.
+#[cfg(unix)]
+fn close_call(control: &std::os::unix::net::UnixStream) -> Report {
+    use std::io::Read as _;
+    let _ = control.shutdown(std::net::Shutdown::Write);
+    let _ = control.set_read_timeout(Some(PATIENCE_FOR_HELPERS));
+    let mut text = Vec::new();
+    let mut buf = [0u8; 512];
+    let deadline = std::time::Instant::now() + PATIENCE_FOR_HELPERS;
+    while std::time::Instant::now() < deadline {
+        match (&*control).read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let mut report = Report::default();
+    for line in String::from_utf8_lossy(&text).lines() {
+        let (word, number) = line.split_once(' ').unwrap_or((line, ""));
+        match (word, number.trim().parse::<i64>()) {
+            ("exit", Ok(n)) => report.exit_code = i32::try_from(n).ok(),
+            ("signal", Ok(n)) => report.signal = i32::try_from(n).ok(),
+            ("stopped", Ok(n)) => report.stopped += usize::try_from(n).unwrap_or(0),
+            _ => {}
+        }
+    }
+    report
+}
+
+/// How long the runner waits for the helpers to end a call's processes and report.
+const PATIENCE_FOR_HELPERS: Duration = Duration::from_secs(10);
 
 /// The command that starts the shell on `args.command`: behind the gate when `gated` (so it joins
 /// the call's group before it runs anything), with only the allowed variables and the marker.
@@ -424,6 +531,11 @@ struct TreeGuard {
     group: Option<Arc<CallGroup>>,
     child_alive: bool,
     armed: bool,
+    /// The socket to the per-call helper, when the shell runs behind one.
+    #[cfg(unix)]
+    control: Option<std::os::unix::net::UnixStream>,
+    /// What the helper reported, once the call was stopped.
+    report: Option<Report>,
 }
 
 impl TreeGuard {
@@ -434,6 +546,9 @@ impl TreeGuard {
             group,
             child_alive: true,
             armed: true,
+            #[cfg(unix)]
+            control: None,
+            report: None,
         }
     }
 
@@ -448,6 +563,23 @@ impl TreeGuard {
     /// Kills every process of the call (the shell too while it runs) off the async threads, and
     /// says how many besides the shell there were.
     async fn stop(&mut self) -> usize {
+        #[cfg(unix)]
+        if let Some(control) = self.control.take() {
+            // The helpers end everything below them first; the group and marker scan after
+            // them only catch what left both (a cgroup's stragglers, a marked orphan).
+            let (marker, group) = (self.marker.clone(), self.group.clone());
+            let stopping = move || {
+                let report = close_call(&control);
+                let extra = stop_call(&marker, None, false, group.as_deref());
+                (report, extra)
+            };
+            if let Ok((report, extra)) = tokio::task::spawn_blocking(stopping).await {
+                let count = report.stopped + extra;
+                self.report = Some(report);
+                return count;
+            }
+            return 0;
+        }
         let (marker, pid, alive) = (self.marker.clone(), self.pid, self.child_alive);
         let group = self.group.clone();
         let stopping = move || stop_call(&marker, pid, alive, group.as_deref());
@@ -466,6 +598,10 @@ impl TreeGuard {
 
 impl Drop for TreeGuard {
     fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(control) = self.control.take() {
+            close_call(&control);
+        }
         if self.armed {
             stop_call(
                 &self.marker,

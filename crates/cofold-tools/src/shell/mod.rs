@@ -1,14 +1,18 @@
 //! The shell capability: `shell_exec`, one command through the platform shell in the run's
 //! workspace, and `exec_shell`, the runner on its own.
 //!
-//! A command cannot outlive its call. Each one carries a marker of its own in its environment
-//! ([`MARKER_VAR`]), which children inherit through `fork`, `setsid`, `setpgid`, `nohup` and a
-//! daemon's double fork. The daemon makes itself a child subreaper (Linux), so orphans come back
-//! to it rather than to init. When the call ends (the shell exited, the time limit passed, the
-//! call was cancelled or dropped) every live process holding the marker, every process in one of
-//! their process groups or sessions (the daemon's own excepted), and every descendant of those is
-//! killed with `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the
-//! ones re-parented to it, and the call's orphans that had already ended. A command that left
+//! A command cannot outlive its call. Where the process installed a per-call helper
+//! ([`reaper::install`], or [`ShellOptions::helper`]; Linux), the shell starts behind it: a child
+//! subreaper that ends everything below it when the call ends or its starter goes away, whatever
+//! those processes did to their environment, session or process group (see the [`reaper`]
+//! module for how, and its limits). Besides, and alone without a helper, each command carries a
+//! marker of its own in its environment ([`MARKER_VAR`]), which children inherit through `fork`,
+//! `setsid`, `setpgid`, `nohup` and a daemon's double fork; without a helper the daemon makes
+//! itself a child subreaper (Linux), so orphans come back to it rather than to init. When the
+//! call ends every live process holding the marker, every process in one of their process groups
+//! or sessions (the daemon's own excepted), and every descendant of those is killed with
+//! `SIGKILL`, scanning `/proc` again until none is left; the daemon then reaps the ones
+//! re-parented to it, and the call's orphans that had already ended. A command that left
 //! something running is told so in its result.
 //!
 //! Being a subreaper is process-wide: an orphan of anything else the daemon starts (not a
@@ -16,17 +20,17 @@
 //! exits, since only a call's own processes are reaped.
 //!
 //! Where the daemon may create cgroups under its own cgroup v2 (root, or a delegated tree such
-//! as a systemd user service's), each call also gets a group of its own: the shell is moved into
-//! it as soon as it starts, everything it starts stays there, and the stop kills the group
-//! (`cgroup.kill`) besides what the scan finds. [`commands_get_a_cgroup`] says which applies.
+//! as a systemd user service's), each call also gets a group of its own: the shell (or its
+//! helper) is moved into it before it runs anything, everything it starts stays there unless it
+//! moves itself out, and the stop kills the group (`cgroup.kill`) besides what the helper and
+//! the scan find. [`commands_get_a_cgroup`] says which applies.
 //!
-//! Limits without a cgroup: a process that empties its environment, starts a session of its own
-//! and whose parents have all exited before the scan is not recognised. With one: a child the
-//! shell forks in the instant before it is moved stays outside the group (the marker still
-//! finds it), and a command running as root can move itself out. Either way another user's
-//! processes (after a setuid program) can be neither read nor killed, and the scans give up
-//! after 5 s on a tree that forks faster than they kill. On other Unix systems the command's
-//! process group is killed, on Windows its process tree.
+//! Limits without a helper or a cgroup: a process that empties its environment, starts a session
+//! of its own and whose parents have all exited before the scan is not recognised. With a
+//! cgroup alone, a process that can write another group's `cgroup.procs` moves itself out.
+//! Either way another user's processes (after a setuid program) can be neither read nor killed,
+//! and the scans give up after 5 s on a tree that forks faster than they kill. On other Unix
+//! systems the command's process group is killed, on Windows its process tree.
 //!
 //! The environment is the daemon's minus the variables [`DEFAULT_EXCLUDE`] matches, as
 //! [`ShellEnv`] configures (`tools.shell.env`).
@@ -35,6 +39,7 @@ mod cgroup;
 mod contain;
 mod env;
 mod exec;
+pub mod reaper;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -83,6 +88,9 @@ pub struct ShellOptions {
     pub env: ShellEnv,
     /// The variables `env` filters; `None` is the daemon's own environment at each call.
     pub base_env: Option<Arc<Vec<(OsString, OsString)>>>,
+    /// The per-call helper commands start behind; `None` is the process's
+    /// ([`reaper::install`]).
+    pub helper: Option<reaper::Helper>,
 }
 
 impl Default for ShellOptions {
@@ -94,6 +102,7 @@ impl Default for ShellOptions {
             shell: None,
             env: ShellEnv::default(),
             base_env: None,
+            helper: None,
         }
     }
 }
@@ -259,6 +268,7 @@ impl Run {
             env: options.env.clone(),
             base_env: options.base_env.as_ref().map(|vars| vars.to_vec()),
             cgroup: true,
+            helper: options.helper.clone(),
         })
         .await
         .map_err(|error| {

@@ -33,6 +33,7 @@ fn args(command: &str, cwd: &Path, timeout: Duration) -> ShellExecArgs {
         env: ShellEnv::default(),
         base_env: None,
         cgroup: true,
+        helper: None,
     }
 }
 
@@ -301,4 +302,191 @@ async fn the_tool_filters_the_environment_it_was_given() {
     let text = caps.ok("shell_exec", json!({"command": "env"})).await;
     assert!(text.contains("PLAIN_SETTING=visible-1"), "{text}");
     assert!(!text.contains("secret"), "{text}");
+}
+
+/// The per-call helper of this crate's own `cofold-contain` program.
+#[cfg(target_os = "linux")]
+fn helper() -> cofold_tools::shell::reaper::Helper {
+    cofold_tools::shell::reaper::Helper {
+        program: env!("CARGO_BIN_EXE_cofold-contain").into(),
+        args: Vec::new(),
+    }
+}
+
+/// Runs `template` behind the helper, in a cgroup and without, and checks that nothing of it is
+/// left once the call returned.
+#[cfg(target_os = "linux")]
+async fn helper_leaves_nothing(template: &str, timeout: Duration) -> Vec<ShellResult> {
+    let mut results = Vec::new();
+    for cgroup in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let seconds = unique_seconds();
+        let command = template.replace("{s}", &seconds);
+        let mut run = args(&command, dir.path(), timeout);
+        run.cgroup = cgroup;
+        run.helper = Some(helper());
+        let result = exec_shell(run).await.expect("runs");
+        // Listed at once: the helper has reaped everything before the call returns.
+        let left = processes_with(&seconds);
+        assert!(
+            left.is_empty(),
+            "{command} (cgroup {cgroup}) left {left:?}; result {result:?}"
+        );
+        results.push(result);
+    }
+    results
+}
+
+/// What no marker scan can find: a daemon that drops the marker, starts a session of its own
+/// and whose parent is gone at once. Behind the helper, its ancestry gives it away.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_helper_nothing_outlives_its_call_whatever_it_does() {
+    for template in [
+        "env -u COFOLD_SHELL_CALL setsid -f sleep {s}",
+        "env -i setsid -f sleep {s}; echo started",
+        "( ( env -u COFOLD_SHELL_CALL sleep {s} & ) & ) ; echo forked",
+        "nohup env -u COFOLD_SHELL_CALL sleep {s} > /dev/null 2>&1 &",
+        "setsid sh -c 'env -i sleep {s} < /dev/null > /dev/null 2>&1 &' < /dev/null > /dev/null 2>&1 &",
+    ] {
+        for result in helper_leaves_nothing(template, Duration::from_secs(600)).await {
+            assert_eq!(result.exit_code, Some(0), "{template}: {result:?}");
+            assert!(result.stopped >= 1, "{template}: {result:?}");
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_the_helper_a_timeout_ends_everything_and_exit_codes_come_through() {
+    for result in helper_leaves_nothing(
+        "env -u COFOLD_SHELL_CALL setsid -f sleep {s}; sleep {s}",
+        Duration::from_millis(500),
+    )
+    .await
+    {
+        assert!(result.timed_out, "{result:?}");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut run = args(
+        "echo out; echo err >&2; exit 7",
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    run.helper = Some(helper());
+    let result = exec_shell(run.clone()).await.expect("runs");
+    assert_eq!(
+        (
+            result.exit_code,
+            result.stdout.as_str(),
+            result.stderr.as_str(),
+            result.stopped
+        ),
+        (Some(7), "out\n", "err\n", 0),
+        "{result:?}"
+    );
+    run.command = "kill -TERM $$".into();
+    let result = exec_shell(run.clone()).await.expect("runs");
+    assert_eq!(
+        (result.exit_code, result.signal),
+        (None, Some(15)),
+        "{result:?}"
+    );
+    // The shell keeps its name and an empty input behind the helper.
+    run.command = "echo $0; cat; echo end".into();
+    let result = exec_shell(run).await.expect("runs");
+    assert_eq!(result.stdout, "sh\nend\n", "{result:?}");
+}
+
+/// A command that kills the helper just above it hands its processes to the outer half, which
+/// ends them.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_helper_above_frees_nothing() {
+    helper_leaves_nothing(
+        "env -u COFOLD_SHELL_CALL setsid -f sleep {s}; kill -9 $PPID",
+        Duration::from_secs(600),
+    )
+    .await;
+}
+
+/// A job that moves itself out of its call's cgroup (to the daemon's own, which a delegated
+/// tree lets it write) still dies with the call: it is still below the helper.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_leaves_its_cgroup_still_dies_with_the_call() {
+    if !commands_get_a_cgroup() {
+        eprintln!("no cgroup v2 can be made here: nothing to leave");
+        return;
+    }
+    // The daemon's (this process's) own cgroup folder, where the job moves itself.
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+    let path = own.lines().find_map(|l| l.strip_prefix("0::")).expect("v2");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let mount = mounts
+        .lines()
+        .find_map(|line| {
+            let (fields, kind) = line.split_once(" - ")?;
+            kind.starts_with("cgroup2 ")
+                .then(|| fields.split(' ').nth(4).map(str::to_owned))
+                .flatten()
+        })
+        .expect("cgroup2 mount");
+    let parent = format!("{mount}/{}", path.trim_start_matches('/'));
+    // The job says, through a FIFO, once it is out; the shell waits for that word and exits.
+    let template = format!(
+        "mkfifo ready; setsid sh -c 'echo $$ > {parent}/cgroup.procs && \
+         grep -q \"^0::{path}$\" /proc/self/cgroup && echo moved > ready && \
+         exec env -u COFOLD_SHELL_CALL sleep {{s}}' < /dev/null > /dev/null 2>&1 & cat ready"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let seconds = unique_seconds();
+    let command = template.replace("{s}", &seconds);
+    let mut run = args(&command, dir.path(), Duration::from_secs(30));
+    run.helper = Some(helper());
+    let result = exec_shell(run).await.expect("runs");
+    assert_eq!(
+        (result.exit_code, result.stdout.as_str()),
+        (Some(0), "moved\n"),
+        "{result:?}"
+    );
+    let left = processes_with(&seconds);
+    assert!(left.is_empty(), "left {left:?}; {result:?}");
+}
+
+/// When the process that started the helper dies mid-call (the daemon, killed), the helper
+/// ends everything the call started.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_helper_ends_the_call_when_its_starter_dies() {
+    use std::io::BufRead as _;
+    let seconds = unique_seconds();
+    let script = format!(
+        "{} -- sh -c 'env -u COFOLD_SHELL_CALL setsid -f sleep {seconds}; sleep {seconds}' & echo $!; wait",
+        env!("CARGO_BIN_EXE_cofold-contain")
+    );
+    let mut starter = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut line = String::new();
+    std::io::BufReader::new(starter.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reads");
+    // Both sleeps are running before the starter dies.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&seconds).len() < 2 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        processes_with(&seconds).len(),
+        2,
+        "{:?}",
+        processes_with(&seconds)
+    );
+    starter.kill().expect("kill");
+    starter.wait().expect("wait");
+    let left = none_left(&seconds);
+    assert!(left.is_empty(), "left {left:?}");
 }

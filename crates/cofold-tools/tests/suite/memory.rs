@@ -119,7 +119,8 @@ async fn the_index_is_in_the_instructions() {
         text.contains("# Memory\n- [build](topics/build.md) - how to check\n[1 more lines; memory_read() has them all]"),
         "{text}"
     );
-    assert!(text.ends_with("[1 more lines; memory_read() has them all]"));
+    // The index is the last thing, inside the block of the agent's own notes.
+    assert!(text.ends_with("[1 more lines; memory_read() has them all]\n</memory-notes>"));
     assert_eq!(f.caps.ok("memory_read", json!({})).await, index);
 
     let all = memory(MemoryOptions::new(f.dir.clone()));
@@ -129,7 +130,7 @@ async fn the_index_is_in_the_instructions() {
         .expect("ok")
         .expect("text");
     assert!(!text.contains("more lines"), "{text}");
-    assert!(text.ends_with("- third line"), "{text}");
+    assert!(text.ends_with("- third line\n</memory-notes>"), "{text}");
 
     std::fs::write(f.dir.join("MEMORY.md"), " \n\n").expect("write");
     assert!(f.instructions().await.ends_with("MEMORY.md is empty."));

@@ -41,6 +41,7 @@ fn run_args(command: &str, cwd: &Path, timeout: Duration, cap: usize) -> ShellEx
         env: ShellEnv::default(),
         base_env: None,
         cgroup: true,
+        helper: None,
     }
 }
 

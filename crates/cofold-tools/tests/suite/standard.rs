@@ -25,6 +25,7 @@ fn build(value: Value, memory_dir: Option<&Path>) -> Vec<Arc<dyn Capability>> {
             memory_dir: memory_dir.map(Path::to_path_buf),
             env: None,
             web_client: None,
+            private: None,
         },
     )
 }
@@ -135,6 +136,7 @@ async fn require_read_can_be_turned_off() {
         memory_dir: None,
         env: None,
         web_client: None,
+        private: None,
     };
 
     let off = standard_capabilities(&config(json!({"files": {"requireRead": false}})), args());
