@@ -1,5 +1,7 @@
 //! Transports: each turns a byte stream into a [`Peer`](crate::peer::Peer).
 
+#[cfg(feature = "ws")]
+mod admission;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "stdio")]
