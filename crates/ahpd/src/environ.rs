@@ -233,7 +233,13 @@ mod tests {
         ] {
             assert!(withheld_name(name), "{name}");
         }
-        for name in ["PATH", "HOME", "COFOLD_HOME", "COPAPO_CONFIG", "XDG_CONFIG_HOME"] {
+        for name in [
+            "PATH",
+            "HOME",
+            "COFOLD_HOME",
+            "COPAPO_CONFIG",
+            "XDG_CONFIG_HOME",
+        ] {
             assert!(!withheld_name(name), "{name}");
         }
         assert!(url_with_password("postgres://app:s3cret@db:5432/app"));

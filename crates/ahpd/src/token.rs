@@ -82,12 +82,11 @@ pub fn read(path: &Path) -> Result<String, TokenError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = match crate::ownership::open_trusted(path, crate::ownership::Trusted::Token)
-        .map_err(io)?
-    {
-        Ok(file) => file,
-        Err(sentence) => return Err(TokenError::Untrusted(sentence)),
-    };
+    let mut file =
+        match crate::ownership::open_trusted(path, crate::ownership::Trusted::Token).map_err(io)? {
+            Ok(file) => file,
+            Err(sentence) => return Err(TokenError::Untrusted(sentence)),
+        };
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(io)?;
     if let Ok(true) = fsutil::tighten(path) {

@@ -19,7 +19,10 @@ pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// Makes a folder and its missing parents, each `0700`.
 pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
-    DirBuilder::new().recursive(true).mode(DIR_MODE).create(path)
+    DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(path)
 }
 
 /// Makes one folder, `0700`; fails when it exists.
@@ -83,8 +86,11 @@ mod tests {
         for p in [&root, &root.join("a"), &root.join("a/b")] {
             fs::set_permissions(p, Permissions::from_mode(0o755)).unwrap();
         }
-        fs::set_permissions(root.join("a/b/messages.jsonl"), Permissions::from_mode(0o644))
-            .unwrap();
+        fs::set_permissions(
+            root.join("a/b/messages.jsonl"),
+            Permissions::from_mode(0o644),
+        )
+        .unwrap();
         assert!(tighten(&root).unwrap());
         assert_eq!(mode(&root), 0o700);
         assert_eq!(mode(&root.join("a/b")), 0o700);

@@ -99,7 +99,12 @@ fn an_approved_command_reads_no_key_or_token_in_the_daemons_environment() {
         .arg("run")
         .arg("--path")
         .arg(&work)
-        .args(["--mode", "default", "--yes", "show me the daemon's environment"])
+        .args([
+            "--mode",
+            "default",
+            "--yes",
+            "show me the daemon's environment",
+        ])
         .output()
         .unwrap();
     let stderr = text(&out.stderr);
@@ -119,7 +124,10 @@ fn an_approved_command_reads_no_key_or_token_in_the_daemons_environment() {
         assert!(result.contains("Permission denied"), "{result}");
     }
     for secret in secret_values() {
-        assert!(!result.contains(secret), "{secret} reached the model: {result}");
+        assert!(
+            !result.contains(secret),
+            "{secret} reached the model: {result}"
+        );
         assert!(!text(&out.stdout).contains(secret));
         assert!(!stderr.contains(secret));
     }
@@ -136,7 +144,11 @@ fn an_approved_command_reads_no_key_or_token_in_the_daemons_environment() {
 
 /// Lets `NOBODY` reach and own the test's folders, as a user's own home would be theirs.
 fn give_to_nobody(env: &Env) {
-    for dir in [env.root.path().to_path_buf(), env.home(), env.root.path().join("xdg")] {
+    for dir in [
+        env.root.path().to_path_buf(),
+        env.home(),
+        env.root.path().join("xdg"),
+    ] {
         std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
     }
 }
@@ -148,8 +160,7 @@ fn other_processes_of_the_daemons_user_cannot_read_its_environment_memory_or_des
     let root = is_root();
     if root {
         // The check needs a user without CAP_SYS_PTRACE: the same one for both sides.
-        std::fs::set_permissions(env.root.path(), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(env.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         give_to_nobody(&env);
         std::os::unix::fs::chown(env.dir(), Some(65534), Some(65534)).unwrap();
         std::os::unix::fs::chown(env.base_file(), Some(65534), Some(65534)).unwrap();
@@ -198,13 +209,22 @@ fn nothing_the_daemon_wrote_under_umask_022_is_readable_by_another_user() {
     let env = Env::new();
     let work = work(&env);
     // A home others may enter, as homes usually are.
-    for dir in [env.root.path().to_path_buf(), env.home(), env.root.path().join("xdg"), work.clone()] {
+    for dir in [
+        env.root.path().to_path_buf(),
+        env.home(),
+        env.root.path().join("xdg"),
+        work.clone(),
+    ] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     // A store an older version left open to everyone.
     let old = env.home().join(".cofold/workspaces/-old/sessions/s1");
     std::fs::create_dir_all(&old).unwrap();
-    std::fs::write(old.join("messages.jsonl"), "{\"secret\": \"old transcript\"}\n").unwrap();
+    std::fs::write(
+        old.join("messages.jsonl"),
+        "{\"secret\": \"old transcript\"}\n",
+    )
+    .unwrap();
     let mut open = vec![old.join("messages.jsonl")];
     let mut p = old.clone();
     while p != env.home() {
@@ -241,7 +261,9 @@ fn nothing_the_daemon_wrote_under_umask_022_is_readable_by_another_user() {
     everything(&env.home().join(".cofold"), &mut written);
     everything(&env.dir(), &mut written);
     assert!(
-        written.iter().any(|p| p.ends_with("messages.jsonl") && !p.starts_with(&old)),
+        written
+            .iter()
+            .any(|p| p.ends_with("messages.jsonl") && !p.starts_with(&old)),
         "the turn left no transcript: {written:?}"
     );
     // Every one of them, tried as another user; the readable ones are printed.
@@ -256,7 +278,11 @@ fn nothing_the_daemon_wrote_under_umask_022_is_readable_by_another_user() {
     // And by mode, which a later `chmod` of a parent cannot undo (the configuration file is
     // the person's, kept as they keep it).
     for path in written.iter().filter(|p| **p != env.base_file()) {
-        let mode = std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777;
+        let mode = std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
     }
 }
@@ -339,7 +365,10 @@ fn resource_read_refuses_hard_links_to_private_files_and_a_session_at_proc_self(
     let pid = daemon.child.id();
     rt().block_on(async {
         let (client, _) = client(&daemon.address).await;
-        assert_eq!(read(&client, &home.join("b.txt")).await.unwrap()["data"], "fine");
+        assert_eq!(
+            read(&client, &home.join("b.txt")).await.unwrap()["data"],
+            "fine"
+        );
         let (code, message) = read(&client, &home.join("notes.txt"))
             .await
             .expect_err("a hard link to the key");
