@@ -244,7 +244,13 @@ impl Agent for CofoldAgent {
                         &start.backend_id,
                     )),
                 );
-                std::fs::create_dir_all(&scratch).map_err(|e| AgentError::Failed(e.to_string()))?;
+                // The person's alone, whatever the umask: the session's work and pastes land here.
+                std::os::unix::fs::DirBuilderExt::mode(
+                    std::fs::DirBuilder::new().recursive(true),
+                    0o700,
+                )
+                .create(&scratch)
+                .map_err(|e| AgentError::Failed(e.to_string()))?;
                 scratch
             }
         };

@@ -100,13 +100,20 @@ fn write_pasted(dir: &Path, n: usize, label: &str, data: &str) -> Result<PathBuf
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "attachment".to_owned());
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    // What a person pasted is theirs alone, whatever the umask.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut k = n;
     loop {
         let path = dir.join(format!("{k}-{name}"));
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path);
         match file {
             Ok(mut file) => {

@@ -458,9 +458,23 @@ fn save_image(dir: &Path, call_id: &str, n: usize, mime: &str, data: &str) -> Op
             }
         })
         .collect();
-    std::fs::create_dir_all(dir).ok()?;
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    // A tool's output may hold what only the person may read, whatever the umask.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .ok()?;
     let path = dir.join(format!("mcp-{safe}-{n}.{ext}"));
-    std::fs::write(&path, bytes).ok()?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&bytes))
+        .ok()?;
     Some(path)
 }
 

@@ -140,7 +140,7 @@ fn read_base(loc: &Locations) -> Result<Map<String, Value>, CommandError> {
 fn write_base(loc: &Locations, map: Map<String, Value>) -> Result<(), CommandError> {
     fsutil::ensure_dir(&loc.dir)
         .map_err(|e| CommandError::Failed(format!("cannot create {}: {e}", loc.dir.display())))?;
-    let mode = fsutil::mode_of(&loc.base_file).unwrap_or(0o644);
+    let mode = fsutil::mode_of(&loc.base_file).unwrap_or(fsutil::PRIVATE_FILE);
     fsutil::write_json(&loc.base_file, &Value::Object(map), mode)
         .map_err(|e| CommandError::Failed(format!("cannot write {}: {e}", loc.base_file.display())))
 }

@@ -15,6 +15,7 @@ mod cli;
 mod client;
 mod commands;
 mod config;
+mod environ;
 mod fsutil;
 mod live;
 mod locations;
@@ -23,6 +24,7 @@ mod logs;
 mod machines;
 mod mcp;
 mod memory;
+mod ownership;
 mod plugins;
 mod process;
 mod records;
@@ -50,7 +52,10 @@ pub fn run_command_line() -> i32 {
     }
     install_contain_helper();
     let cli = Cli::parse();
-    match run(cli) {
+    // Before any thread starts (see `environ`): a process that hosts agents runs commands for
+    // them, which must not read its secrets out of it.
+    let sealed = hosts_agents(&cli).then(environ::seal);
+    match run(cli, sealed) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("ahpd: {err}");
@@ -75,6 +80,27 @@ fn install_contain_helper() {
     ahpd_mcp::contain_with(me, vec![CONTAIN.into()]);
 }
 
+/// Whether this command may build a host and run a model's tools in this process: the daemon,
+/// and the terminal client when no daemon answers. `start` and `restart` are not: they hand
+/// their environment to the daemon they start.
+fn hosts_agents(cli: &Cli) -> bool {
+    matches!(
+        cli.command,
+        None | Some(Command::Run(_)) | Some(Command::Chat(_))
+    )
+}
+
+/// Logs what sealing the process did, once logging is set up.
+fn report_sealed(sealed: Option<&environ::Sealed>) {
+    let Some(sealed) = sealed else { return };
+    for problem in &sealed.problems {
+        tracing::warn!("{problem}");
+    }
+    if !sealed.names.is_empty() {
+        tracing::debug!(names = ?sealed.names, "variables kept out of the process's environment block");
+    }
+}
+
 /// Maps a failure to the exit code its kind calls for.
 fn exit_code_of(err: &anyhow::Error) -> i32 {
     if let Some(e) = err.downcast_ref::<serve::ServeError>() {
@@ -94,13 +120,19 @@ fn exit_code_of(err: &anyhow::Error) -> i32 {
 const BLOCKING_THREADS: usize = 32;
 
 /// Runs the daemon in this process, on a runtime sized for it.
-fn serve_here(loc: &Locations, run: &args::RunArgs) -> anyhow::Result<i32> {
+fn serve_here(
+    loc: &Locations,
+    run: &args::RunArgs,
+    sealed: Option<&environ::Sealed>,
+) -> anyhow::Result<i32> {
     if run.detached_child {
         sys::new_session();
         logs::init_file(&loc.daemon_log(), "info");
     } else {
         logs::init("info");
     }
+    report_sealed(sealed);
+    sys::raise_descriptor_limit();
     let mut builder = if run.stdio {
         // One client and, in a machine, one session: the host's own work fits on the
         // thread that reads its input, and an idle inner host keeps no worker threads
@@ -123,11 +155,11 @@ fn serve_here(loc: &Locations, run: &args::RunArgs) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-fn run(cli: Cli) -> anyhow::Result<i32> {
+fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
     let loc = Locations::resolve(cli.config_file.as_deref())?;
     match cli.command {
         Some(Command::MachineInit) => Ok(machines::machine_init()),
-        None => serve_here(&loc, &cli.run),
+        None => serve_here(&loc, &cli.run, sealed.as_ref()),
         Some(Command::Start(run)) => {
             logs::init("warn");
             let all: Vec<String> = std::env::args().collect();
@@ -174,10 +206,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Some(Command::Run(opts)) => {
             logs::init("warn");
+            report_sealed(sealed.as_ref());
             Ok(term::run(&loc, &opts)?)
         }
         Some(Command::Chat(opts)) => {
             logs::init("warn");
+            report_sealed(sealed.as_ref());
             Ok(term::chat(&loc, &opts)?)
         }
         Some(Command::Sessions(opts)) => {

@@ -93,7 +93,9 @@ fn resolve_token(settings: &Settings, vault: &Vault) -> Result<Option<String>, S
             }),
         },
         TokenSetting::File(path) => token::read_or_create(path).map(Some).map_err(|e| match e {
-            token::TokenError::Bad { .. } => ServeError::Usage(e.to_string()),
+            token::TokenError::Bad { .. } | token::TokenError::Untrusted(_) => {
+                ServeError::Usage(e.to_string())
+            }
             token::TokenError::Io { .. } => ServeError::Runtime(e.to_string()),
         }),
     }
@@ -278,6 +280,7 @@ fn flags_given_for_network(run: &RunArgs) -> bool {
 
 /// Runs the daemon in the foreground; returns the exit code of a clean end.
 pub async fn run(loc: &Locations, run: &RunArgs) -> Result<i32, ServeError> {
+    crate::ownership::tighten_own_files(loc);
     let mut settings = config::load(loc)?;
     settings.apply_flags(run)?;
     let vault = Vault::new(loc.vault());
@@ -345,6 +348,8 @@ async fn listen(
         token,
         allow_without_token: settings.token.value == TokenSetting::Without,
         allowed_origins: settings.allowed_origins.value.clone(),
+        header_timeout: Duration::from_secs(settings.header_timeout_sec.value),
+        max_pending: usize::try_from(settings.pending_connection_cap.value).unwrap_or(usize::MAX),
     };
     match host.serve_ws(config).await {
         Ok(s) => Ok(s),

@@ -61,6 +61,27 @@ pub fn new_session() {
     let _ = rustix::process::setsid();
 }
 
+/// Raises the soft limit on open descriptors to the hard one, so connections, sessions and
+/// the files they use are limited by what the system allows rather than by the usual soft
+/// default of 1,024. Connections that have not shown the token are bounded separately (see
+/// `pendingConnectionCap`). Commands the daemon runs inherit the raised limit.
+pub fn raise_descriptor_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_some() && limit.maximum.is_some() && limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => tracing::debug!(limit = ?limit.maximum, "raised the descriptor limit"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not raise the limit on open descriptors");
+            }
+        }
+    }
+}
+
 /// Hands the allocator's free pages back to the system (glibc's `malloc_trim`).
 ///
 /// glibc returns freed memory on its own only from the top of a heap; a streamed answer frees

@@ -21,6 +21,9 @@ pub enum TokenError {
         /// What is wrong, never quoting the file's contents.
         problem: String,
     },
+    /// The file is another user's, or others may change it: one sentence naming it and the fix.
+    #[error("{0}")]
+    Untrusted(String),
     /// Reading, creating or writing failed.
     #[error("cannot {what} {}: {source}", path.display())]
     Io {
@@ -74,11 +77,18 @@ pub fn read_or_create(path: &Path) -> Result<String, TokenError> {
 /// Reads the token in an existing file: its first line, trimmed. A file others can read is
 /// narrowed to `0600` first.
 pub fn read(path: &Path) -> Result<String, TokenError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TokenError::Io {
+    let io = |source| TokenError::Io {
         what: "read",
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut file =
+        match crate::ownership::open_trusted(path, crate::ownership::Trusted::Token).map_err(io)? {
+            Ok(file) => file,
+            Err(sentence) => return Err(TokenError::Untrusted(sentence)),
+        };
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
     if let Ok(true) = fsutil::tighten(path) {
         tracing::warn!(file = %path.display(), "the token file could be read by other users; its mode is now 0600");
     }

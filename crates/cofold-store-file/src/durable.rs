@@ -54,7 +54,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], sync: Sync) -> Result<(), 
 }
 
 fn write_file(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
-    let mut file = File::create(path)?;
+    let mut file = crate::private::file_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
     file.write_all(bytes)?;
     if sync != Sync::Quick {
         // Without this, the rename can reach the disk before the data, and a power loss then

@@ -1,7 +1,7 @@
 //! File primitives: streamed JSONL reading that survives a torn last line, appends that keep every
 //! line whole, and whole-file writes through a temporary file and a rename.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -283,7 +283,7 @@ const NAMED_TRUST: Duration = Duration::from_millis(20);
 impl Appender {
     /// Opens (or creates) `path` and mends its end.
     pub(crate) fn open(path: &Path) -> Result<Self, AgentError> {
-        let mut file = OpenOptions::new()
+        let mut file = crate::private::file_options()
             .read(true)
             .append(true)
             .create(true)
@@ -414,7 +414,7 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, A
 
 /// Creates a folder and its parents.
 pub(crate) fn create_dirs(path: &Path) -> Result<(), AgentError> {
-    fs::create_dir_all(path).map_err(|err| io_error("create the folder", path, &err))
+    crate::private::create_dir_all(path).map_err(|err| io_error("create the folder", path, &err))
 }
 
 /// The names of the entries of a folder, sorted; a missing folder has none.

@@ -78,6 +78,7 @@ mod jsonl;
 mod liveness;
 mod lock;
 mod names;
+mod private;
 mod store;
 
 pub use home::{EnvLookup, cofold_home, memory_dir, process_env, resolve_home, workspace_slug};

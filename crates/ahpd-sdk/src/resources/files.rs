@@ -64,6 +64,8 @@ enum Judged {
     Missing,
     /// Inside a denied folder.
     Private,
+    /// Under `/proc`, `/sys` or `/dev`, which are never served.
+    System,
     /// Outside every served folder.
     Outside,
 }
@@ -123,6 +125,12 @@ impl FileResources {
             Ok(real) => (real, true),
             Err(_) => (normalise(path), false),
         };
+        // The kernel's views of processes, devices and itself are never files to serve, even
+        // under a root a session named there (a session at `/proc/self` would serve the host's
+        // own environment and memory maps).
+        if SYSTEM_TREES.iter().any(|t| real.starts_with(t)) {
+            return Judged::System;
+        }
         // Denied entries are matched both as written and resolved: a denied folder reached
         // through a link resolves to the resolved form, a missing one only has the other.
         let private = self
@@ -161,9 +169,66 @@ impl FileResources {
                 format!("{uri} does not exist"),
             )),
             Judged::Private => Err(private(uri)),
+            Judged::System => Err(system(uri)),
             Judged::Outside => Err(denied(uri)),
         }
     }
+
+    /// Whether a file with this identity is one of the denied files under another name (a hard
+    /// link). Only asked of files with more than one name. The denied folders are walked
+    /// without following links; when they hold too many entries to rule it out, the answer is
+    /// yes.
+    fn is_denied_file(&self, dev: u64, ino: u64) -> bool {
+        let mut budget = IDENTITY_WALK_LIMIT;
+        let mut starts: Vec<PathBuf> = self.deny.iter().map(|d| resolved(d)).collect();
+        for (dir, rule) in &self.denied_names {
+            if let Ok(entries) = std::fs::read_dir(resolved(dir)) {
+                starts.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| rule(&e.file_name()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        starts
+            .iter()
+            .any(|start| holds_identity(start, dev, ino, &mut budget))
+    }
+}
+
+/// Trees never served, whatever the roots.
+const SYSTEM_TREES: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Entries of the denied folders looked at, at most, to tell whether a file with several names
+/// is one of them.
+const IDENTITY_WALK_LIMIT: usize = 50_000;
+
+/// Whether `path` is, or holds below it, a file with this device and inode. Links are not
+/// followed (a hard link is a file, and the link's target is judged on its own). Spends
+/// `budget`; true once it is spent.
+fn holds_identity(path: &Path, dev: u64, ino: u64, budget: &mut usize) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if *budget == 0 {
+        return true;
+    }
+    *budget -= 1;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if meta.dev() == dev && meta.ino() == ino {
+        return true;
+    }
+    // A hard link never crosses a file system, so a folder on another one cannot hold it.
+    if !meta.is_dir() || meta.dev() != dev {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return false;
+    };
+    entries
+        .flatten()
+        .any(|e| holds_identity(&e.path(), dev, ino, budget))
 }
 
 /// A path with its links resolved when it exists, else tidied as written.
@@ -183,6 +248,22 @@ fn private(uri: &str) -> RpcError {
         codes::PERMISSION_DENIED,
         format!(
             "{uri} is not served: it is in a folder this host keeps private (credentials or the host's own files)"
+        ),
+    )
+}
+
+fn system(uri: &str) -> RpcError {
+    RpcError::new(
+        codes::PERMISSION_DENIED,
+        format!("{uri} is not served: /proc, /sys and /dev are never served"),
+    )
+}
+
+fn linked_private(uri: &str) -> RpcError {
+    RpcError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "{uri} is not served: it is another name (a hard link) of a file this host keeps private"
         ),
     )
 }
@@ -216,11 +297,19 @@ enum ReadFailure {
     TooLarge(u64),
     /// The file opened is not where the checked path led (a link was swapped in between).
     Moved,
+    /// The file is a denied file under another name.
+    LinkedPrivate,
 }
 
 /// Opens without following a final link and without blocking on a FIFO, refuses anything but a
-/// regular file, and reads at most `max` bytes.
-fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, ReadFailure> {
+/// regular file and a file `denied` says is private under another name, and reads at most
+/// `max` bytes.
+fn read_capped(
+    path: &Path,
+    max: u64,
+    denied: impl Fn(u64, u64) -> bool,
+) -> Result<Vec<u8>, ReadFailure> {
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -230,6 +319,11 @@ fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, ReadFailure> {
     let meta = file.metadata().map_err(ReadFailure::Io)?;
     if !meta.is_file() {
         return Err(ReadFailure::NotAFile);
+    }
+    // Judged on the opened file, so a name swapped meanwhile changes nothing. A file with one
+    // name cannot be another's hard link.
+    if meta.nlink() > 1 && denied(meta.dev(), meta.ino()) {
+        return Err(ReadFailure::LinkedPrivate);
     }
     if meta.len() > max {
         return Err(ReadFailure::TooLarge(meta.len()));
@@ -324,9 +418,12 @@ impl Resources for FileResources {
         let max = self.max_read_bytes;
         let read = {
             let path = path.clone();
-            tokio::task::spawn_blocking(move || read_capped(&path, max))
-                .await
-                .map_err(|_| RpcError::internal(format!("{uri} could not be read")))?
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || {
+                read_capped(&path, max, |dev, ino| this.is_denied_file(dev, ino))
+            })
+            .await
+            .map_err(|_| RpcError::internal(format!("{uri} could not be read")))?
         };
         let bytes = match read {
             Ok(bytes) => bytes,
@@ -342,6 +439,7 @@ impl Resources for FileResources {
             }
             Err(ReadFailure::TooLarge(size)) => return Err(too_large(uri, size, max)),
             Err(ReadFailure::Moved) => return Err(denied(uri)),
+            Err(ReadFailure::LinkedPrivate) => return Err(linked_private(uri)),
         };
         let content_type = content_type(&path);
         let want_base64 = matches!(encoding, Some(ContentEncoding::Base64));
@@ -476,6 +574,48 @@ mod tests {
     impl RootSource for Fixed {
         fn roots(&self) -> Vec<PathBuf> {
             self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn hard_links_to_denied_files_and_the_kernels_trees_are_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::create_dir_all(h.join(".ssh/keys")).unwrap();
+        std::fs::write(h.join(".ssh/keys/id"), "key").unwrap();
+        std::fs::write(h.join("a.txt"), "fine").unwrap();
+        std::fs::hard_link(h.join(".ssh/keys/id"), h.join("innocent.txt")).unwrap();
+        // A file with two names neither of which is private is served.
+        std::fs::hard_link(h.join("a.txt"), h.join("b.txt")).unwrap();
+        let names = tempfile::tempdir().unwrap();
+        std::fs::write(names.path().join("daemon.log.1"), "log").unwrap();
+        std::fs::hard_link(names.path().join("daemon.log.1"), h.join("log.txt")).unwrap();
+        let res = FileResources::new([h.to_path_buf(), PathBuf::from("/proc/self")])
+            .with_denied([h.join(".ssh")])
+            .with_denied_names(names.path().to_path_buf(), |n| {
+                n.to_string_lossy().starts_with("daemon.log")
+            });
+        assert_eq!(
+            res.read(&file_uri(&h.join("b.txt")), None)
+                .await
+                .unwrap()
+                .data,
+            "fine"
+        );
+        for p in [h.join("innocent.txt"), h.join("log.txt")] {
+            let e = res.read(&file_uri(&p), None).await.unwrap_err();
+            assert_eq!(e.code, codes::PERMISSION_DENIED, "{}", p.display());
+            assert!(e.message.contains("hard link"), "{}", e.message);
+        }
+        for p in [
+            "/proc/self/environ",
+            "/proc/self/maps",
+            "/sys/kernel/notes",
+            "/dev/null",
+        ] {
+            let e = res.read(&file_uri(Path::new(p)), None).await.unwrap_err();
+            assert_eq!(e.code, codes::PERMISSION_DENIED, "{p}");
+            assert!(e.message.contains("never served"), "{}", e.message);
         }
     }
 

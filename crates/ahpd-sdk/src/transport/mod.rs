@@ -6,6 +6,8 @@
 
 pub mod peer;
 
+#[cfg(feature = "ws")]
+mod admission;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "stdio")]

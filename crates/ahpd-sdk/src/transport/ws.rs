@@ -1,8 +1,10 @@
 //! The WebSocket listener (axum): origin check (HTTP 403 before the upgrade for any web origin
 //! not allowed), connection-token check (401), `426` for plain HTTP, one JSON-RPC message per
-//! text frame, close code 1009 for a message over the size limit.
+//! text frame, close code 1009 for a message over the size limit. What a connection must do
+//! before the token check, and how many may wait there, is in `admission`.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::Router;
@@ -14,6 +16,7 @@ use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::admission::{self, Admission, Limits};
 use crate::error::HostError;
 use crate::host::{Host, HostHandle};
 use crate::transport::peer::{Inbound, Peer, PeerError, PeerReader, PeerWriter};
@@ -32,6 +35,12 @@ pub struct WsConfig {
     /// `Origin` header is refused with 403, token or not; clients that are not browsers send
     /// none. Empty by default.
     pub allowed_origins: Vec<String>,
+    /// How long a connection has to send its request line and headers before it is closed.
+    /// Default: 10 s.
+    pub header_timeout: Duration,
+    /// How many connections may wait at once without having passed the token check; when one
+    /// more arrives, the one waiting longest is closed. Default: 64.
+    pub max_pending: usize,
 }
 
 impl std::fmt::Debug for WsConfig {
@@ -41,6 +50,8 @@ impl std::fmt::Debug for WsConfig {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("allow_without_token", &self.allow_without_token)
             .field("allowed_origins", &self.allowed_origins)
+            .field("header_timeout", &self.header_timeout)
+            .field("max_pending", &self.max_pending)
             .finish()
     }
 }
@@ -52,6 +63,8 @@ impl Default for WsConfig {
             token: None,
             allow_without_token: false,
             allowed_origins: Vec::new(),
+            header_timeout: admission::DEFAULT_HEADER_TIMEOUT,
+            max_pending: admission::DEFAULT_MAX_PENDING,
         }
     }
 }
@@ -214,19 +227,55 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The path and query with any `tkn` parameter removed, for logs.
-fn redacted(uri: &Uri) -> String {
-    let q: Vec<&str> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty() && !kv.starts_with("tkn="))
-        .collect();
-    if q.is_empty() {
-        uri.path().to_owned()
-    } else {
-        format!("{}?{}", uri.path(), q.join("&"))
+/// What a log line says of a request's target: its path only. The query string is left out
+/// whatever its parameters are called or however they are spelled (`?tkn=`, `?TKN=`,
+/// `?%74kn=`), as are header values; a path that holds the token itself (decoded or not) is
+/// not shown either, and a long one is cut.
+fn logged_path(uri: &Uri, token: Option<&str>) -> String {
+    const MOST: usize = 200;
+    let path = uri.path();
+    if let Some(t) = token.filter(|t| !t.is_empty())
+        && (path.contains(t) || percent_decode(path).contains(t))
+    {
+        return "<a path holding the connection token>".to_owned();
     }
+    if path.len() <= MOST {
+        return path.to_owned();
+    }
+    let mut end = MOST;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &path[..end])
+}
+
+/// A refused `Origin` as a log line may show it: browsers send only `scheme://host[:port]`, so
+/// a value of any other shape (which only a program that is not a browser sends) is not
+/// repeated, being any header value at all, nor is one that holds the token.
+fn logged_origin<'a>(normalised: &'a str, token: Option<&str>) -> &'a str {
+    if token.is_some_and(|t| !t.is_empty() && normalised.contains(&t.to_ascii_lowercase())) {
+        return "<an origin holding the connection token>";
+    }
+    let plain = normalised.split_once("://").is_some_and(|(scheme, host)| {
+        !scheme.is_empty()
+            && scheme.bytes().all(|b| b.is_ascii_lowercase())
+            && !host.is_empty()
+            && host.len() <= 260
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+    });
+    if plain || normalised == "null" {
+        normalised
+    } else {
+        "<not a web origin>"
+    }
+}
+
+/// A refusal before the upgrade, closing the connection: a client that was refused has
+/// nothing more to send on it, and keeping it open would let it hold a seat.
+fn refusal(status: StatusCode, text: &'static str) -> Response {
+    (status, [(axum::http::header::CONNECTION, "close")], text).into_response()
 }
 
 async fn handle(
@@ -235,31 +284,35 @@ async fn handle(
     uri: Uri,
     mut parts: Parts,
 ) -> Response {
+    let token = st.access.token.as_deref();
     // A page in a browser can open a WebSocket to any local port, and its requests carry its
     // origin; other clients send none. So an origin is let in only when configured, and this
     // comes before the token so a page that learned the token still cannot use it.
     if let Some(origin) = headers.get("origin") {
         let origin = origin.to_str().map(normalise_origin).unwrap_or_default();
         if !st.access.allowed_origins.contains(&origin) {
-            tracing::info!(origin = %origin, path = %redacted(&uri), "a connection from a web page was refused: its origin is not in allowedOrigins");
-            return (
+            tracing::info!(origin = %logged_origin(&origin, token), path = %logged_path(&uri, token), "a connection from a web page was refused: its origin is not in allowedOrigins");
+            return refusal(
                 StatusCode::FORBIDDEN,
                 "connections from web pages are refused unless their origin is allowed\n",
-            )
-                .into_response();
+            );
         }
     }
     if let Some(expected) = &st.access.token {
         let presented = query_token(&uri).or_else(|| bearer_token(&headers));
         let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes()));
         if !ok {
-            tracing::info!(path = %redacted(&uri), "a connection without the right token was refused");
-            return (
+            tracing::info!(path = %logged_path(&uri, token), "a connection without the right token was refused");
+            return refusal(
                 StatusCode::UNAUTHORIZED,
                 "a valid connection token is required\n",
-            )
-                .into_response();
+            );
         }
+    }
+    // Past the checks: this connection no longer counts among those that may be closed to make
+    // room for newcomers.
+    if let Some(admission) = parts.extensions.get::<Admission>() {
+        admission.pass();
     }
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws,
@@ -271,7 +324,7 @@ async fn handle(
                 .into_response();
         }
     };
-    let label = redacted(&uri);
+    let label = logged_path(&uri, token);
     let max = st.max;
     // A message up to twice the limit is read whole and answered with 1009; one larger fails in
     // the socket, which is told apart and answered the same way. One frame may be as large as
@@ -379,20 +432,6 @@ impl PeerWriter for WsWriter {
     }
 }
 
-/// The listener with `TCP_NODELAY` set on every accepted connection. A protocol frame is one
-/// small write answered by the peer; with Nagle's algorithm on, a frame written while an earlier
-/// one is unacknowledged waits for the peer's delayed ACK (about 40 ms on Linux) on every turn.
-fn without_nagle(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|stream: &mut tokio::net::TcpStream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted connection");
-        }
-    })
-}
-
 impl Host {
     /// An axum router that serves the protocol on any path, for embedding in a larger server.
     /// Pages of any web origin are refused; see [`Host::router_with`] to let some in.
@@ -430,6 +469,10 @@ impl Host {
             source,
         })?;
         let router = self.router_with(Access::new(config.token, &config.allowed_origins));
+        let limits = Limits {
+            header_timeout: config.header_timeout,
+            max_pending: config.max_pending,
+        };
         let stop = CancellationToken::new();
         let host_stop = self.handle().inner.shutdown.clone();
         let stop2 = stop.clone();
@@ -440,12 +483,7 @@ impl Host {
                     _ = host_stop.cancelled() => {}
                 }
             };
-            if let Err(e) = axum::serve(without_nagle(listener), router)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "the WebSocket listener failed");
-            }
+            admission::serve(listener, router, limits, shutdown).await;
         });
         tracing::info!(addr = %local_addr, "listening for WebSocket connections");
         Ok(WsServer {
@@ -490,22 +528,24 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"abd"));
         let uri: Uri = "/x?a=1&tkn=s%20e&b=2".parse().unwrap_or_default();
         assert_eq!(query_token(&uri).as_deref(), Some("s e"));
-        assert_eq!(redacted(&uri), "/x?a=1&b=2");
-    }
-
-    /// The listener `serve_ws` hands to axum turns Nagle's algorithm off on what it accepts.
-    #[tokio::test]
-    async fn accepted_connections_have_nodelay() {
-        use axum::serve::Listener;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local address");
-        let mut listener = without_nagle(listener);
-        let client = tokio::net::TcpStream::connect(addr);
-        let ((accepted, _), client) = tokio::join!(listener.accept(), client);
-        let _client = client.expect("connect");
-        // The kernel default is off, so this fails if the wrapper does nothing.
-        assert!(accepted.nodelay().expect("read TCP_NODELAY"));
+        assert_eq!(logged_path(&uri, Some("s e")), "/x");
+        let uri: Uri = "/p%61th/s3cret?x".parse().unwrap_or_default();
+        assert_eq!(
+            logged_path(&uri, Some("path/s3cret")),
+            "<a path holding the connection token>"
+        );
+        assert_eq!(logged_path(&uri, Some("other")), "/p%61th/s3cret");
+        assert_eq!(
+            logged_origin("https://vscode.dev:8443", None),
+            "https://vscode.dev:8443"
+        );
+        assert_eq!(
+            logged_origin("https://a/b?tkn=x", None),
+            "<not a web origin>"
+        );
+        assert_eq!(
+            logged_origin("https://s3cret.dev", Some("s3cret")),
+            "<an origin holding the connection token>"
+        );
     }
 }

@@ -1,3 +1,4 @@
+mod admission;
 mod bounds;
 mod chats;
 mod concurrency;

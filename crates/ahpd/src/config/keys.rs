@@ -18,7 +18,8 @@ pub(super) struct Layer {
     pub(super) port: Option<u16>,
     pub(super) tokens: Vec<(&'static str, TokenSetting)>,
     pub(super) delta_window_ms: Option<u64>,
-    /// `requestTimeoutSec`, `loadedSessionCap`, `idleUnloadSec`, by key.
+    /// `requestTimeoutSec`, `loadedSessionCap`, `idleUnloadSec`, `headerTimeoutSec`,
+    /// `pendingConnectionCap`, by key.
     pub(super) limits: Vec<(&'static str, u64)>,
     pub(super) plugins: Option<Vec<PluginEntry>>,
     pub(super) allowed_origins: Option<Vec<String>>,
@@ -37,6 +38,8 @@ const KNOWN_KEYS: &[&str] = &[
     "requestTimeoutSec",
     "loadedSessionCap",
     "idleUnloadSec",
+    "headerTimeoutSec",
+    "pendingConnectionCap",
     "plugins",
     "allowedOrigins",
     "resourceDeny",
@@ -48,12 +51,25 @@ pub(super) const LIMITS: &[(&str, u64, u64)] = &[
     ("requestTimeoutSec", 1, 3_600),
     ("loadedSessionCap", 0, 100_000),
     ("idleUnloadSec", 10, 86_400),
+    ("headerTimeoutSec", 1, 600),
+    ("pendingConnectionCap", 1, 100_000),
 ];
 
 /// Reads one file as a JSON object; `Ok(None)` when it is absent and `required` is false.
 pub fn read_object(file: &Path, required: bool) -> Result<Option<Map<String, Value>>, ConfigError> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
+    let read = crate::ownership::open_trusted(file, crate::ownership::Trusted::Config).and_then(
+        |opened| match opened {
+            Ok(mut f) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut f, &mut text)?;
+                Ok(Ok(text))
+            }
+            Err(sentence) => Ok(Err(sentence)),
+        },
+    );
+    let text = match read {
+        Ok(Ok(t)) => t,
+        Ok(Err(sentence)) => return Err(ConfigError::Usage(sentence)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
         // A file where a folder of the path should be (a HOME that is not a folder, as in a
         // machine) means the optional file cannot exist either.
@@ -127,7 +143,11 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
                     .ok_or_else(|| key_err(file, "port", "must be an integer from 0 to 65535"))?;
                 layer.port = Some(port);
             }
-            "requestTimeoutSec" | "loadedSessionCap" | "idleUnloadSec" => {
+            "requestTimeoutSec"
+            | "loadedSessionCap"
+            | "idleUnloadSec"
+            | "headerTimeoutSec"
+            | "pendingConnectionCap" => {
                 if let Some(&(name, lo, hi)) = LIMITS.iter().find(|(k, _, _)| *k == key.as_str()) {
                     let v = value
                         .as_u64()

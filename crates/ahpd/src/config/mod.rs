@@ -32,6 +32,10 @@ pub const DEFAULT_REQUEST_TIMEOUT_SEC: u64 = 60;
 pub const DEFAULT_LOADED_SESSION_CAP: u64 = 64;
 /// Default `idleUnloadSec`.
 pub const DEFAULT_IDLE_UNLOAD_SEC: u64 = 600;
+/// Default `headerTimeoutSec`.
+pub const DEFAULT_HEADER_TIMEOUT_SEC: u64 = 10;
+/// Default `pendingConnectionCap`.
+pub const DEFAULT_PENDING_CONNECTION_CAP: u64 = 64;
 
 /// A configuration problem; every one exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +154,10 @@ pub struct Settings {
     pub loaded_session_cap: Sourced<u64>,
     /// Seconds an unused session opened from the store stays open.
     pub idle_unload_sec: Sourced<u64>,
+    /// Seconds a connection has to send its request head.
+    pub header_timeout_sec: Sourced<u64>,
+    /// Connections that may wait at once without having shown the token.
+    pub pending_connection_cap: Sourced<u64>,
     /// The `plugins` array of the files.
     pub plugins: Sourced<Vec<PluginEntry>>,
     /// Web origins whose pages may connect (`allowedOrigins`).
@@ -172,6 +180,8 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         request_timeout_sec: Sourced::default(DEFAULT_REQUEST_TIMEOUT_SEC),
         loaded_session_cap: Sourced::default(DEFAULT_LOADED_SESSION_CAP),
         idle_unload_sec: Sourced::default(DEFAULT_IDLE_UNLOAD_SEC),
+        header_timeout_sec: Sourced::default(DEFAULT_HEADER_TIMEOUT_SEC),
+        pending_connection_cap: Sourced::default(DEFAULT_PENDING_CONNECTION_CAP),
         plugins: Sourced::default(Vec::new()),
         allowed_origins: Sourced::default(Vec::new()),
         resource_deny: Sourced::default(Vec::new()),
@@ -237,6 +247,8 @@ impl Settings {
             let slot = match key {
                 "requestTimeoutSec" => &mut self.request_timeout_sec,
                 "loadedSessionCap" => &mut self.loaded_session_cap,
+                "headerTimeoutSec" => &mut self.header_timeout_sec,
+                "pendingConnectionCap" => &mut self.pending_connection_cap,
                 _ => &mut self.idle_unload_sec,
             };
             set_from(slot, Some(v), file);
@@ -322,7 +334,7 @@ impl Settings {
                 value,
                 source: Source::Flag,
             };
-        } else if let Some(t) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+        } else if let Some(t) = crate::environ::var(TOKEN_ENV).filter(|t| !t.is_empty()) {
             // Over the files, under the flags: a variable set for one run outranks what the
             // files say, as a flag would.
             self.token = Sourced {
@@ -361,6 +373,8 @@ impl Settings {
             ("requestTimeoutSec", &self.request_timeout_sec),
             ("loadedSessionCap", &self.loaded_session_cap),
             ("idleUnloadSec", &self.idle_unload_sec),
+            ("headerTimeoutSec", &self.header_timeout_sec),
+            ("pendingConnectionCap", &self.pending_connection_cap),
         ] {
             row(key, Value::from(slot.value), &slot.source);
         }

@@ -77,7 +77,7 @@ pub fn builtin() -> Vec<BuiltIn> {
     #[allow(unused_mut)]
     let mut table: Vec<BuiltIn> = vec![
         BuiltIn::new(
-            Arc::new(ahpd_agent_cofold::plugin()),
+            Arc::new(cofold_plugin()),
             &[Provides::Engine(ahpd_agent_cofold::ENGINE)],
         ),
         BuiltIn::new(Arc::new(ahpd_computer::plugin()), &[]),
@@ -85,6 +85,21 @@ pub fn builtin() -> Vec<BuiltIn> {
     #[cfg(feature = "test-plugins")]
     table.extend(echo::plugins());
     table
+}
+
+/// The cofold plugin, given the environment the process started with: the variables kept out
+/// of its environment block (the model keys among them) reach the engine from memory, and
+/// through it the commands that `tools.shell.env` lets have them.
+fn cofold_plugin() -> ahpd_agent_cofold::CofoldPlugin {
+    let vars = crate::environ::vars();
+    let home = vars
+        .get("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    ahpd_agent_cofold::CofoldPlugin::with_embedder(ahpd_agent_cofold::Embedder {
+        env: Some(ahpd_agent_cofold::Environment { vars, home }),
+        ..ahpd_agent_cofold::Embedder::default()
+    })
 }
 
 /// The built-in names, for messages.

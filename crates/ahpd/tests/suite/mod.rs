@@ -22,6 +22,8 @@ mod process;
 mod records;
 mod restart;
 mod security;
+mod security_connections;
+mod security_process;
 mod sessions;
 mod shutdown;
 mod support;

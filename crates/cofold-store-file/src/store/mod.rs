@@ -113,6 +113,16 @@ impl FileStore {
     ) -> Result<FileStore, AgentError> {
         let root = root.into();
         create_dirs(&root)?;
+        match crate::private::tighten(&root) {
+            Ok(true) => tracing::warn!(
+                store = %root.display(),
+                "the store could be read by other users; its folders are now 0700 and its files 0600"
+            ),
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(store = %root.display(), error = %err, "could not check who may read the store")
+            }
+        }
         // Sessions whose delete a crash cut short are already gone from sight; free their space.
         crate::durable::sweep_tombstones(&root.join("sessions"));
         let workspaces = root.join("workspaces");

@@ -1,6 +1,5 @@
 //! Runs, their event logs, step records and pending requests on disk.
 
-use std::fs;
 use std::io;
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -30,7 +29,7 @@ impl Inner {
         let runs = session.join("runs");
         create_dirs(&runs)?;
         let folder = Self::run_folder(&session, &record.run_id)?;
-        match fs::create_dir(&folder) {
+        match crate::private::create_dir(&folder) {
             // The new folder's name must outlast a power loss as much as the record in it.
             Ok(()) => crate::durable::sync_folder(&runs)?,
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
