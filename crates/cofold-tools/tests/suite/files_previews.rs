@@ -19,10 +19,10 @@ fn preview(files: &Files, name: &str, input: &Value) -> Preview {
 /// Previews the call, checks that doing so changed nothing, runs it, and checks the preview
 /// against what happened: the same bytes before and after, or the same refusal.
 async fn agrees(ws: &Ws, files: &Files, name: &str, input: Value, file: &str) -> Preview {
-    let exists = ws.path(file).exists();
+    let exists = ws.path(file).is_file();
     let before = exists.then(|| ws.bytes(file));
     let shown = preview(files, name, &input);
-    assert_eq!(ws.path(file).exists(), exists, "the preview made nothing");
+    assert_eq!(ws.path(file).is_file(), exists, "the preview made nothing");
     if exists {
         assert_eq!(Some(ws.bytes(file)), before, "the preview changed nothing");
     }
