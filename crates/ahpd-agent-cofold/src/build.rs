@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
 use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
-use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
+use cofold_agents::policy::{InsideFn, ModeContext, PermissionMode, Policy, explained, policy_of};
 use cofold_agents::secrets::Secrets;
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
@@ -311,7 +311,8 @@ impl AgentCore {
     }
 
     /// The approval policy: the embedder's, else the turn's permission mode with the
-    /// workspace as what is inside.
+    /// workspace as what is inside. Either way an ask says why when the call shows a reason
+    /// (the person sees it as the question's risk assessment).
     ///
     /// A call whose `path` (else `cwd`) lands in one of the person's private places (a
     /// credential store, the daemon's or the engine's own files), by its resolved target or by
@@ -323,15 +324,16 @@ impl AgentCore {
         workspace: &Path,
         private: Arc<PrivateSet>,
     ) -> Arc<dyn Policy> {
-        match &self.embedder.policy {
+        let root = workspace.to_path_buf();
+        let inside: InsideFn = Arc::new(move |path: &Path| resolve_within(&root, path).inside);
+        let policy = match &self.embedder.policy {
             Some(policy) => policy.clone(),
             None => {
-                let root = workspace.to_path_buf();
                 let judged = workspace.to_path_buf();
                 policy_of(
                     turn.mode.unwrap_or(PermissionMode::Auto),
                     ModeContext {
-                        inside: Arc::new(move |path: &Path| resolve_within(&root, path).inside),
+                        inside: inside.clone(),
                         is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
                             tool.effects().writes
                         })),
@@ -353,7 +355,8 @@ impl AgentCore {
                     },
                 )
             }
-        }
+        };
+        explained(policy, inside)
     }
 
     /// The secrets no tool call may carry: the daemon's (its token, the vault's values) and
