@@ -96,6 +96,7 @@ mod resource_routing;
 mod ring;
 mod root;
 mod rootdispatch;
+mod scopes;
 mod session;
 mod sessionstore;
 mod subscribe;

@@ -46,7 +46,8 @@ pub fn run_command_line() -> i32 {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("ahpd: {err}");
+            // A failure may quote what a host, a model or a file said: never raw.
+            eprintln!("ahpd: {}", term::clean(&err.to_string()));
             exit_code_of(&err)
         }
     }
@@ -150,11 +151,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(mcp::list(&loc, json)?)
         }
         Some(Command::Run(opts)) => {
-            logs::init("warn");
+            logs::init_client(&loc.dir.join("client.log"));
             Ok(term::run(&loc, &opts)?)
         }
         Some(Command::Chat(opts)) => {
-            logs::init("warn");
+            logs::init_client(&loc.dir.join("client.log"));
             Ok(term::chat(&loc, &opts)?)
         }
         Some(Command::Sessions(opts)) => {

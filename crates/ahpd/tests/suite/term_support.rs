@@ -48,6 +48,23 @@ pub fn call(id: &str, name: &str, input: Value) -> Reply {
     ])
 }
 
+/// `ahpd <command> --path <work> <args>` in a pseudo-terminal, in plain text so the
+/// expectations need no escape codes.
+pub fn in_pty(env: &Env, command: &str, work: &std::path::Path, args: &[&str]) -> Pty {
+    let mut cmd = env.cmd();
+    cmd.arg(command)
+        .arg("--path")
+        .arg(work)
+        .args(args)
+        .env("NO_COLOR", "1");
+    Pty::spawn(cmd)
+}
+
+/// A streamed reply calling `ask_user` with `questions`.
+pub fn ask_user(id: &str, questions: Value) -> Reply {
+    call(id, "ask_user", json!({ "questions": questions }))
+}
+
 /// Read `a.txt`, edit it, run a command, then answer `answer`.
 pub fn coding_turn(answer: &str) -> Vec<Reply> {
     vec![
@@ -202,6 +219,22 @@ impl Pty {
             .next()
             .unwrap()
             .to_owned()
+    }
+
+    /// Bytes typed as they are (Ctrl-C is `\x03`, the up arrow `\x1b[A`).
+    pub fn type_raw(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    /// Everything the program wrote so far, as bytes read back from the terminal.
+    pub fn screen(&self) -> String {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// Waits for the program to end; its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        self.child.wait().unwrap().code()
     }
 
     pub fn send(&mut self, line: &str) {
