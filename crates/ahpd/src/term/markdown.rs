@@ -16,6 +16,8 @@ pub struct Stream {
     partial: String,
     /// The fence of the open code block, if one is open.
     fence: Option<String>,
+    /// Whether a block was drawn already: the next one is set off by a blank line.
+    drawn: bool,
 }
 
 fn fence_of(line: &str) -> Option<String> {
@@ -39,7 +41,23 @@ impl Stream {
             block: String::new(),
             partial: String::new(),
             fence: None,
+            drawn: false,
         }
+    }
+
+    /// Draws whole blocks, one blank line between them and none after the last.
+    fn draw(&mut self, md: &str, out: &mut String) {
+        let r = render(md);
+        let r = r.trim_end_matches('\n');
+        if r.is_empty() {
+            return;
+        }
+        if self.drawn {
+            out.push('\n');
+        }
+        out.push_str(r);
+        out.push('\n');
+        self.drawn = true;
     }
 
     /// Takes more of the reply; returns what can be shown now.
@@ -66,8 +84,8 @@ impl Stream {
                         self.fence = Some(f);
                         self.block.push_str(&line);
                     } else if body.trim().is_empty() {
-                        out.push_str(&render(&self.block));
-                        self.block.clear();
+                        let block = std::mem::take(&mut self.block);
+                        self.draw(&block, &mut out);
                     } else {
                         self.block.push_str(&line);
                     }
@@ -85,7 +103,9 @@ impl Stream {
         let mut rest = std::mem::take(&mut self.block);
         rest.push_str(&std::mem::take(&mut self.partial));
         self.fence = None;
-        render(&rest)
+        let mut out = String::new();
+        self.draw(&rest, &mut out);
+        out
     }
 }
 
@@ -131,11 +151,19 @@ impl Writer {
     }
 
     fn text(&mut self, t: &str) {
-        for (i, piece) in t.split('\n').enumerate() {
+        let pieces: Vec<&str> = t.split('\n').collect();
+        let last = pieces.len() - 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
             if i > 0 {
                 self.newline();
             }
             if piece.is_empty() {
+                // An empty line inside a code block keeps the frame's bar.
+                if i < last && self.at_line_start && matches!(self.frames.last(), Some(Frame::Code))
+                {
+                    self.prefix();
+                    self.at_line_start = false;
+                }
                 continue;
             }
             if self.at_line_start {
@@ -358,22 +386,24 @@ mod tests {
     #[test]
     fn blocks_are_drawn_as_they_complete() {
         let mut s = Stream::new(true);
-        assert_eq!(s.push("# Title\n\nsome **bold"), "");
+        let title = s.push("# Title\n\nsome **bold");
+        assert_eq!(title, "\x1b[1;4mTitle\x1b[0m\n");
         let first = s.push(" text**\n\n");
-        assert!(first.contains("\x1b[1;4mTitle"), "{first:?}");
-        assert!(strip(&first).contains("some bold text"), "{first:?}");
+        assert_eq!(strip(&first), "\nsome bold text\n");
         let code = s.push("```rust\nfn main() {}\n\n}\n```\n");
         assert_eq!(
             code, "",
             "a blank line inside a fence does not end the block"
         );
         let rest = s.finish();
-        assert_eq!(strip(&rest), "╭─ rust\n│ fn main() {}\n│ \n│ }\n╰─\n");
+        assert_eq!(strip(&rest), "\n╭─ rust\n│ fn main() {}\n│ \n│ }\n╰─\n");
     }
 
     #[test]
     fn lists_and_emphasis() {
-        let out = render("- one *a*\n- two `x`\n\n1. first\n2. second\n");
+        let mut s = Stream::new(true);
+        let mut out = s.push("- one *a*\n- two `x`\n\n1. first\n2. second\n");
+        out.push_str(&s.finish());
         assert_eq!(strip(&out), "• one a\n• two x\n\n1. first\n2. second\n");
         assert!(out.contains("\x1b[3ma\x1b[23m"));
         let plain = Stream::new(false).push("# raw\n");

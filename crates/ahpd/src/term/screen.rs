@@ -157,7 +157,6 @@ impl Style {
     pub fn bold(&self, text: &str) -> String {
         self.wrap("1", text)
     }
-
 }
 
 #[cfg(test)]

@@ -191,7 +191,9 @@ fn a_second_chat_has_the_first_ones_history() {
     assert_eq!(first.wait(), Some(0));
     let mut second = in_pty(&env, "chat", &work, &[]);
     second.expect("you> ");
-    // The up arrow brings back the first chat's line.
+    // The up arrow brings back the first chat's lines, the last (`/quit`) first.
+    second.type_raw(b"\x1b[A");
+    second.expect("/quit");
     second.type_raw(b"\x1b[A");
     second.expect("remember the plum");
     second.type_raw(b"\r");

@@ -38,7 +38,8 @@ fn run_asks_the_agents_questions_and_the_answers_reach_the_model() {
     pty.expect("(1/2) [Storage] Which database?");
     pty.expect("1. Postgres");
     pty.expect("2. SQLite — one file");
-    pty.expect("number or your own answer > ");
+    // ask_user does not mark a question with options as required.
+    pty.expect("number or your own answer, Enter skips > ");
     pty.send("7");
     pty.expect("type a number from 1 to 2");
     pty.send("2");

@@ -156,6 +156,17 @@ impl Pty {
             .write(true)
             .open(name.to_str().unwrap())
             .unwrap();
+        // The terminal is the program's controlling terminal, as in a shell, so Ctrl-C typed
+        // on it is the SIGINT of the program's process group.
+        #[allow(unsafe_code)]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
+                Ok(())
+            });
+        }
         let child = cmd
             .stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
