@@ -16,6 +16,58 @@ pub const UNANSWERED: &str = "No one could answer this request; it was not carri
 /// follows).
 pub const NOT_JSON: &str = "The edited input is not JSON, so nothing ran";
 
+/// How a call whose edited input its tool refuses is answered (the tool's sentence follows).
+pub const EDIT_REFUSED: &str = "The edited input was refused, so nothing ran";
+
+/// Whether a denial's reason says the person approved but the run could not take the edited
+/// input they approved with.
+pub(crate) fn approved_but_refused(reason: &str) -> bool {
+    reason.starts_with(EDIT_REFUSED) || reason.starts_with(NOT_JSON)
+}
+
+/// The most of a person's typed reason the model reads.
+const REASON_MAX_CHARS: usize = 2000;
+
+/// A person's typed reason as the model and the transcript keep it: trimmed, control
+/// characters (escape sequences among them) dropped but line breaks kept, and cut at
+/// [`REASON_MAX_CHARS`].
+pub(crate) fn bounded_reason(text: &str) -> String {
+    let clean: String = text
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .take(REASON_MAX_CHARS)
+        .collect();
+    clean
+}
+
+/// What the model reads when a person declines a call, with what they wrote when they did.
+pub(crate) fn declined(message: Option<&str>) -> String {
+    match message.map(bounded_reason).filter(|m| !m.is_empty()) {
+        Some(reason) => format!("Denied by the person: {reason}"),
+        None => DECLINED.to_owned(),
+    }
+}
+
+/// The input a person's edit stands for. A shell call shows, and so takes back, its command
+/// alone: the edited text replaces the command and the rest of the input stays. Every other
+/// call's edited text is its whole input as JSON.
+pub(crate) fn edited_input(
+    edited: &str,
+    shell: bool,
+    original: &Value,
+) -> Result<Value, serde_json::Error> {
+    if shell {
+        let mut input = original.clone();
+        if let Some(object) = input.as_object_mut() {
+            object.insert("command".to_owned(), Value::String(edited.to_owned()));
+            return Ok(input);
+        }
+        return Ok(json!({ "command": edited }));
+    }
+    serde_json::from_str(edited)
+}
+
 /// The message every question carries.
 pub const QUESTION_MESSAGE: &str = "The agent has a question";
 
@@ -96,6 +148,35 @@ pub(crate) fn answers_value(answers: Option<&HashMap<String, ChatInputAnswer>>) 
 mod tests {
     use super::*;
     use cofold_agents::question::QuestionOption;
+
+    #[test]
+    fn a_typed_reason_reaches_the_model_clean_and_bounded() {
+        assert_eq!(declined(None), DECLINED);
+        assert_eq!(declined(Some("   ")), DECLINED);
+        assert_eq!(
+            declined(Some(" use git mv instead\u{1b}[2J ")),
+            "Denied by the person: use git mv instead[2J"
+        );
+        let long = "x".repeat(5000);
+        assert_eq!(
+            declined(Some(&long)).len(),
+            "Denied by the person: ".len() + REASON_MAX_CHARS
+        );
+    }
+
+    #[test]
+    fn a_shell_edit_replaces_the_command_and_others_parse_json() {
+        let original = json!({ "command": "rm -rf x", "timeout": 5 });
+        assert_eq!(
+            edited_input("ls x", true, &original).expect("shell"),
+            json!({ "command": "ls x", "timeout": 5 })
+        );
+        assert_eq!(
+            edited_input(r#"{"path":"a"}"#, false, &json!({})).expect("json"),
+            json!({ "path": "a" })
+        );
+        assert!(edited_input("not json", false, &json!({})).is_err());
+    }
 
     #[test]
     fn questions_become_typed_host_questions() {

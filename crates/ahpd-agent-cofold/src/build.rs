@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cofold_agents::agent::{Agent as CofoldRuntime, PartialContext};
 use cofold_agents::ask::ask_user_tool;
 use cofold_agents::model::{ModelParams, ReasoningEffort, ReasoningParams};
-use cofold_agents::policy::{ModeContext, PermissionMode, Policy, policy_of};
+use cofold_agents::policy::{InsideFn, ModeContext, PermissionMode, Policy, explained, policy_of};
 use cofold_agents::store::Store;
 use cofold_tools::paths::resolve_within;
 use cofold_tools::standard::{StandardArgs, standard_capabilities};
@@ -305,23 +305,24 @@ impl AgentCore {
     }
 
     /// The approval policy: the embedder's, else the turn's permission mode with the
-    /// workspace as what is inside.
+    /// workspace as what is inside. Either way an ask says why when the call shows a reason
+    /// (the person sees it as the question's risk assessment).
     fn turn_policy(&self, turn: &TurnSettings, workspace: &Path) -> Arc<dyn Policy> {
-        match &self.embedder.policy {
+        let root = workspace.to_path_buf();
+        let inside: InsideFn = Arc::new(move |path: &Path| resolve_within(&root, path).inside);
+        let policy = match &self.embedder.policy {
             Some(policy) => policy.clone(),
-            None => {
-                let root = workspace.to_path_buf();
-                policy_of(
-                    turn.mode.unwrap_or(PermissionMode::Auto),
-                    ModeContext {
-                        inside: Arc::new(move |path: &Path| resolve_within(&root, path).inside),
-                        is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
-                            tool.effects().writes
-                        })),
-                    },
-                )
-            }
-        }
+            None => policy_of(
+                turn.mode.unwrap_or(PermissionMode::Auto),
+                ModeContext {
+                    inside: inside.clone(),
+                    is_edit: Some(Arc::new(|tool: &cofold_agents::tool::Tool| {
+                        tool.effects().writes
+                    })),
+                },
+            ),
+        };
+        explained(policy, inside)
     }
 }
 

@@ -19,6 +19,7 @@ mod mcp;
 mod models;
 mod options;
 mod plugin;
+mod previews;
 mod readback;
 mod schema_wording;
 mod scratch;

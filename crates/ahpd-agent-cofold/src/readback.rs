@@ -13,12 +13,14 @@ use ahp_types::actions::{
     ChatInputCompletedAction, ChatInputRequestedAction, ChatToolCallConfirmedAction,
     ChatToolCallReadyAction, ChatTurnCancelledAction, ChatTurnStartedAction, StateAction,
 };
+use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     ChatState, ErrorResponsePart, ResponsePart, ToolCallConfirmationReason, ToolCallState, Turn,
 };
 use ahpd_sdk::agent::ApprovalRequest;
 use cofold_agents::event::{Event, EventBody};
 
+use crate::previews::Note;
 use crate::turn_facts::{Answer, Header};
 use crate::turns::TurnMapper;
 
@@ -28,15 +30,15 @@ fn ready(request: &ApprovalRequest, display: &str, setting: bool) -> StateAction
     StateAction::ChatToolCallReady(ChatToolCallReadyAction {
         turn_id: request.turn_id.clone(),
         tool_call_id: request.tool_call_id.clone(),
-        meta: None,
+        meta: request.meta.clone(),
         contributor: None,
         intention: None,
         invocation_message: request.invocation_message.clone(),
         tool_input: request.tool_input.clone(),
         confirmation_title: request.confirmation_title.clone(),
-        risk_assessment: None,
+        risk_assessment: request.risk_assessment.clone(),
         edits: request.edits.clone(),
-        editable: None,
+        editable: request.editable,
         confirmed: setting.then_some(ToolCallConfirmationReason::Setting),
         options: (!setting).then(|| ahpd_sdk::agent::approval_options(display)),
     })
@@ -56,8 +58,12 @@ fn confirmed(request: &ApprovalRequest, answer: &Answer) -> StateAction {
             edited.clone(),
             None,
         ),
-        Answer::Denied { reason } => (false, None, None, None, *reason),
+        Answer::Denied { reason, .. } => (false, None, None, None, *reason),
         Answer::Input { .. } => (false, None, None, None, None),
+    };
+    let said = match answer {
+        Answer::Denied { message, .. } => message.clone().map(StringOrMarkdown::Plain),
+        _ => None,
     };
     StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
         turn_id: request.turn_id.clone(),
@@ -68,7 +74,7 @@ fn confirmed(request: &ApprovalRequest, answer: &Answer) -> StateAction {
         reason,
         edited_tool_input: edited,
         user_suggestion: None,
-        reason_message: None,
+        reason_message: said,
         selected_option_id: option,
     })
 }
@@ -114,9 +120,10 @@ fn host_actions(
     chat: &ChatState,
     mapper: &TurnMapper,
     event: &Event,
-    answers: &HashMap<String, Answer>,
+    facts: (&HashMap<String, Answer>, &HashMap<String, Note>),
 ) -> Vec<StateAction> {
-    let (request_id, call_id, name, prompt) = match &event.body {
+    let (answers, notes) = facts;
+    let (request_id, call_id, name, prompt, risk) = match &event.body {
         EventBody::InputRequested {
             request_id,
             questions,
@@ -127,11 +134,15 @@ fn host_actions(
             call_id,
             name,
             prompt,
+            risk,
             ..
-        } => (request_id, call_id, name, prompt),
+        } => (request_id, call_id, name, prompt, risk),
         _ => return Vec::new(),
     };
-    let request = mapper.approval_request(call_id, name, prompt.as_deref());
+    let mut request = mapper.approval_request(call_id, name, prompt.as_deref(), risk.as_deref());
+    if let Some(note) = notes.get(request_id) {
+        crate::previews::apply_note(&mut request, note, &mapper.title_of(call_id));
+    }
     let display = display_name(chat, &request.tool_call_id).unwrap_or_else(|| name.clone());
     match answers.get(request_id) {
         Some(Answer::Approved {
@@ -151,6 +162,8 @@ pub(crate) struct StoredRun<'a> {
     pub header: Header,
     pub events: &'a [Event],
     pub answers: &'a HashMap<String, Answer>,
+    /// Why approvals showed no edits, by request.
+    pub notes: &'a HashMap<String, Note>,
     /// The duration the stopping client gave, when a client stopped the turn.
     pub stopped: Option<i64>,
 }
@@ -170,7 +183,7 @@ pub(crate) fn rebuild(turn_id: &str, mut mapper: TurnMapper, run: StoredRun<'_>)
     });
     apply_action_to_chat(&mut chat, &started);
     for event in run.events {
-        let host = host_actions(&chat, &mapper, event, run.answers);
+        let host = host_actions(&chat, &mapper, event, (run.answers, run.notes));
         // The host put the question before the mapping of later events could show the call
         // running, just as live.
         for action in host.iter().chain(mapper.map(event).iter()) {

@@ -177,6 +177,7 @@ pub(crate) async fn turns(store: &dyn Store, id: &str, at: &ReadBack<'_>) -> Opt
             header,
             events: &events,
             answers: &facts.answers,
+            notes: &facts.notes,
             stopped: facts.stopped.get(&m.id).copied(),
         };
         if let Some(turn) = readback::rebuild(&m.id, mapper, stored) {

@@ -39,10 +39,12 @@ pub(crate) enum Answer {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         edited: Option<String>,
     },
-    /// A person declined it.
+    /// A person declined it, maybe saying why.
     Denied {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<ToolCallCancellationReason>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// A question's answer: accepted with these answers, or declined.
     Input {
@@ -66,7 +68,10 @@ pub(crate) fn answer_of(outcome: &ahpd_sdk::agent::ApprovalOutcome) -> Option<An
             option: option_id.clone(),
             edited: edited_input.clone(),
         }),
-        ApprovalOutcome::Denied { reason } => Some(Answer::Denied { reason: *reason }),
+        ApprovalOutcome::Denied { reason, message } => Some(Answer::Denied {
+            reason: *reason,
+            message: message.as_deref().map(crate::asks::bounded_reason),
+        }),
         ApprovalOutcome::Cancelled => None,
     }
 }
@@ -90,6 +95,8 @@ pub(crate) struct Facts {
     pub answers: HashMap<String, Answer>,
     /// Turn id → the duration its stopping client gave.
     pub stopped: HashMap<String, i64>,
+    /// Approval request id → why its question showed no edits.
+    pub notes: HashMap<String, crate::previews::Note>,
 }
 
 /// Writes one fact. A store that cannot keep it loses only the detail it carries: the turn then
@@ -109,6 +116,18 @@ pub(crate) async fn started(store: &dyn Store, session: &str, turn: &str, header
 pub(crate) async fn answered(store: &dyn Store, session: &str, request: &str, answer: &Answer) {
     if let Ok(value) = serde_json::to_value(answer) {
         put(store, format!("{session}/answer/{request}"), value).await;
+    }
+}
+
+/// Why an approval's question showed no edits, kept when it is put.
+pub(crate) async fn previewed(
+    store: &dyn Store,
+    session: &str,
+    request: &str,
+    note: &crate::previews::Note,
+) {
+    if let Ok(value) = serde_json::to_value(note) {
+        put(store, format!("{session}/preview/{request}"), value).await;
     }
 }
 
@@ -149,6 +168,11 @@ pub(crate) async fn read(store: &dyn Store, session: &str) -> Facts {
             "stopped" => {
                 if let Some(d) = entry.value.as_i64() {
                     facts.stopped.insert(id.to_owned(), d);
+                }
+            }
+            "preview" => {
+                if let Ok(n) = serde_json::from_value(entry.value) {
+                    facts.notes.insert(id.to_owned(), n);
                 }
             }
             _ => {}

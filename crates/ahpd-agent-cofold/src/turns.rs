@@ -185,10 +185,20 @@ impl TurnMapper {
             EventBody::ApprovalResolved {
                 request_id,
                 decision,
-                ..
+                reason,
             } => {
                 if let Some(call_id) = self.requests.remove(request_id) {
-                    self.settle(&call_id, decision);
+                    match reason.as_deref() {
+                        // The person approved, so the host shows the call running; only its
+                        // edited input was refused, and the call ends failed with why.
+                        Some(why)
+                            if *decision == ApprovalDecision::Deny
+                                && crate::asks::approved_but_refused(why) =>
+                        {
+                            self.refused_after_approval(&mut out, &call_id, why);
+                        }
+                        _ => self.settle(&call_id, decision),
+                    }
                 }
             }
             _ => {}
@@ -441,6 +451,26 @@ impl TurnMapper {
         }
     }
 
+    /// An approved call the run then refused (its edited input did not fit): it completes as
+    /// failed, since the host already shows it running.
+    fn refused_after_approval(&mut self, out: &mut Vec<StateAction>, call_id: &str, why: &str) {
+        let shown = self.shown_id(call_id);
+        if let Some(call) = self.calls.remove(call_id) {
+            let meta = call
+                .shell
+                .then(|| act::meta(vec![("toolKind", json!("terminal"))]))
+                .flatten();
+            out.push(act::tool_complete(
+                &self.turn_id,
+                &shown,
+                &call.title,
+                why,
+                true,
+                meta,
+            ));
+        }
+    }
+
     /// The run's end: final usage, then the turn completes or fails (cancels and pauses say nothing).
     fn run_finished(&mut self, out: &mut Vec<StateAction>, event: &Event) {
         let EventBody::RunFinished { outcome } = &event.body else {
@@ -529,23 +559,45 @@ impl TurnMapper {
     }
 
     /// The approval a proposed call asks the host for: as it is put live, and as a turn read
-    /// back shows the question.
+    /// back shows the question. The tool's preview of the call (its `edits`) is added by the
+    /// live ask, which can still read the files; `risk` is the policy's reason for asking.
     pub(crate) fn approval_request(
         &self,
         call_id: &str,
         name: &str,
         prompt: Option<&str>,
+        risk: Option<&str>,
     ) -> ApprovalRequest {
         let view = self.calls.get(call_id).cloned().unwrap_or_default();
+        let title = prompt.map_or_else(
+            || crate::previews::confirmation_title(name, &view.title),
+            str::to_owned,
+        );
         ApprovalRequest {
             turn_id: self.turn_id.clone(),
             tool_call_id: self.shown_id(call_id),
             invocation_message: StringOrMarkdown::Plain(view.title),
             tool_input: view.tool_input.map(ToolInput::Inline),
-            confirmation_title: Some(StringOrMarkdown::Plain(
-                prompt.map_or_else(|| format!("Run {name}?"), str::to_owned),
-            )),
+            confirmation_title: Some(StringOrMarkdown::Plain(title)),
             edits: None,
+            risk_assessment: risk.map(crate::previews::risk_assessment),
+            // A client-run call's input is its client's; every other call can be changed
+            // before it is approved, and is checked again when it is.
+            editable: Some(!view.client),
+            meta: None,
         }
+    }
+
+    /// Whether the call runs in a shell, so its shown input is the command alone.
+    pub(crate) fn is_shell(&self, call_id: &str) -> bool {
+        self.calls.get(call_id).is_some_and(|c| c.shell)
+    }
+
+    /// The title a call is shown under.
+    pub(crate) fn title_of(&self, call_id: &str) -> String {
+        self.calls
+            .get(call_id)
+            .map(|c| c.title.clone())
+            .unwrap_or_default()
     }
 }

@@ -292,15 +292,15 @@ impl Actor {
             StateAction::ChatToolCallReady(ChatToolCallReadyAction {
                 turn_id: req.turn_id.clone(),
                 tool_call_id: req.tool_call_id.clone(),
-                meta: None,
+                meta: req.meta.clone(),
                 contributor: None,
                 intention: None,
                 invocation_message: req.invocation_message.clone(),
                 tool_input: req.tool_input.clone(),
                 confirmation_title: req.confirmation_title.clone(),
-                risk_assessment: None,
+                risk_assessment: req.risk_assessment.clone(),
                 edits: req.edits.clone(),
-                editable: None,
+                editable: req.editable,
                 confirmed,
                 options,
             })
@@ -324,6 +324,7 @@ impl Actor {
             self.apply_chat(chat, &denied, None);
             let _ = reply.send(ApprovalOutcome::Denied {
                 reason: Some(ToolCallCancellationReason::Denied),
+                message: None,
             });
             return;
         }
@@ -423,13 +424,13 @@ impl Actor {
             display_name: tool_name.clone(),
             intention: None,
             contributor: None,
-            meta: None,
+            meta: req.meta.clone(),
             invocation_message: req.invocation_message.clone(),
             tool_input: req.tool_input.clone(),
             confirmation_title: req.confirmation_title.clone(),
-            risk_assessment: None,
+            risk_assessment: req.risk_assessment.clone(),
             edits: req.edits.clone(),
-            editable: None,
+            editable: req.editable,
             options: None,
         });
         let action = StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction {

@@ -3,12 +3,28 @@
 //! answer it.
 
 use ahp_types::actions::*;
+use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::*;
 
 use crate::actor::Actor;
 use crate::agent::{ApprovalOutcome, InputOutcome};
 use crate::asks::PendingKind;
 use crate::dispatch::ChatDispatch;
+
+/// What a person wrote with a denial: its explanation, else what they suggested instead;
+/// nothing when both are blank.
+fn denial_message(a: &ChatToolCallConfirmedAction) -> Option<String> {
+    let explained = a.reason_message.as_ref().map(|m| match m {
+        StringOrMarkdown::Plain(text) => text.clone(),
+        StringOrMarkdown::Markdown { markdown, .. } => markdown.clone(),
+    });
+    let suggested = a.user_suggestion.as_ref().map(|m| m.text.clone());
+    [explained, suggested]
+        .into_iter()
+        .flatten()
+        .map(|t| t.trim().to_owned())
+        .find(|t| !t.is_empty())
+}
 
 impl Actor {
     /// A person's answer to a parked approval, handed to the backend waiting on it.
@@ -45,7 +61,10 @@ impl Actor {
                         .unwrap_or(ToolCallConfirmationReason::NotNeeded),
                 }
             } else {
-                ApprovalOutcome::Denied { reason: a.reason }
+                ApprovalOutcome::Denied {
+                    reason: a.reason,
+                    message: denial_message(a),
+                }
             };
             let _ = reply.send(outcome);
         }

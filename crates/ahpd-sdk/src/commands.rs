@@ -172,9 +172,15 @@ impl Conn {
         Ok(json!({}))
     }
 
-    /// Resource requests: a registered provider's scheme first, then `file:` when the host
-    /// serves resources; anything else is not served.
+    /// Resource requests: a `data:` URI read from itself (a preview's content, say), then a
+    /// registered provider's scheme, then `file:` when the host serves resources; anything else
+    /// is not served.
     async fn resource_command(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if method == "resourceRead"
+            && let Some(read) = crate::resource_routing::read_data_uri(&params)
+        {
+            return read;
+        }
         if crate::resource_routing::routed(&self.inner.providers, &params).is_some() {
             return crate::resource_routing::provided(&self.inner.providers, method, params).await;
         }

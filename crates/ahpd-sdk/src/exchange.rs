@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use ahp_types::common::StringOrMarkdown;
+use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     ChatInputAnswer, ChatInputResponseKind, FileEditCollection, ToolCallCancellationReason,
-    ToolInput,
+    ToolCallRiskAssessment, ToolInput,
 };
 
 /// A request for a person's approval of one tool call.
@@ -22,8 +22,16 @@ pub struct ApprovalRequest {
     pub tool_input: Option<ToolInput>,
     /// A title for the question.
     pub confirmation_title: Option<StringOrMarkdown>,
-    /// File edits the call would make.
+    /// File edits the call would make, for the person to see before answering.
     pub edits: Option<FileEditCollection>,
+    /// Why the backend asks, when it knows (a write outside the workspace, a destructive
+    /// command).
+    pub risk_assessment: Option<ToolCallRiskAssessment>,
+    /// Whether a client may change the call's input before approving; the backend then checks
+    /// the edited input again.
+    pub editable: Option<bool>,
+    /// Backend metadata shown with the question (the call's `_meta` while it waits).
+    pub meta: Option<JsonObject>,
 }
 
 /// How an approval ended.
@@ -44,6 +52,9 @@ pub enum ApprovalOutcome {
     Denied {
         /// Why, when known.
         reason: Option<ToolCallCancellationReason>,
+        /// What the person wrote with the denial (its `reasonMessage`, else its
+        /// `userSuggestion`), when they wrote something.
+        message: Option<String>,
     },
     /// The turn ended, was cancelled or closed before anyone answered.
     Cancelled,

@@ -35,6 +35,45 @@ pub(crate) fn unserved(params: &serde_json::Value, method: &str) -> Option<Strin
     (writes || scheme != "file").then(|| scheme.to_owned())
 }
 
+/// A `resourceRead` of a `data:` URI, answered from the URI itself: a client that reads every
+/// `ContentRef` through the host gets a preview's bytes like any other content. `None` for
+/// other schemes.
+pub(crate) fn read_data_uri(
+    params: &serde_json::Value,
+) -> Option<Result<serde_json::Value, RpcError>> {
+    if scheme_of(params) != Some("data") {
+        return None;
+    }
+    let uri = params.get("uri")?.as_str()?;
+    let Some(bytes) = crate::util::data_uri_bytes(uri) else {
+        return Some(Err(RpcError::invalid_params("that data: URI is malformed")));
+    };
+    let head = uri
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(head, _)| head.trim_end_matches(";base64"))
+        .filter(|t| !t.is_empty())
+        .unwrap_or("text/plain;charset=US-ASCII");
+    let wants_text = params.get("encoding").and_then(serde_json::Value::as_str) == Some("utf-8");
+    let (data, encoding) = match String::from_utf8(bytes) {
+        Ok(text) if wants_text => (text, ContentEncoding::Utf8),
+        Ok(text) => (
+            base64::engine::general_purpose::STANDARD.encode(text.as_bytes()),
+            ContentEncoding::Base64,
+        ),
+        Err(e) => (
+            base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+            ContentEncoding::Base64,
+        ),
+    };
+    let result = ahp_types::commands::ResourceReadResult {
+        data,
+        encoding,
+        content_type: Some(head.to_owned()),
+    };
+    Some(serde_json::to_value(result).map_err(|e| RpcError::internal(e.to_string())))
+}
+
 /// Answers a resource request through the provider of its scheme.
 pub(crate) async fn provided(
     providers: &[(String, Arc<dyn ResourceProvider>)],

@@ -131,6 +131,9 @@ async fn ask(ctx: &SessionContext, t: &str) {
             tool_input: None,
             confirmation_title: Some(StringOrMarkdown::Plain("Run a command?".into())),
             edits: None,
+            risk_assessment: None,
+            editable: None,
+            meta: None,
         })
         .await;
     match outcome {

@@ -80,6 +80,37 @@ pub fn file_uri(path: &Path) -> String {
     out
 }
 
+/// A `data:` URI carrying `bytes` in base64 under `content_type`: content a client reads
+/// without asking the host, exactly as it was when the URI was made.
+pub fn data_uri(content_type: &str, bytes: &[u8]) -> String {
+    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+    format!("data:{content_type};base64,{data}")
+}
+
+/// The bytes a `data:` URI carries (base64, or percent-escaped text); `None` for any other
+/// URI or a broken one.
+pub fn data_uri_bytes(uri: &str) -> Option<Vec<u8>> {
+    let rest = uri.strip_prefix("data:")?;
+    let (head, data) = rest.split_once(',')?;
+    if head.ends_with(";base64") {
+        return base64::engine::general_purpose::STANDARD.decode(data).ok();
+    }
+    let bytes = data.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = data.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 /// The path of a `file:` URI; `None` for other schemes or bad escapes.
 pub fn path_of(uri: &str) -> Option<PathBuf> {
     let rest = uri.strip_prefix("file://")?;

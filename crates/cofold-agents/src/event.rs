@@ -184,6 +184,9 @@ pub enum EventBody {
         /// Extra words for the person, from a hook.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// Why the policy asks, one sentence, when it said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        risk: Option<String>,
     },
     /// An approval request was answered.
     #[serde(rename = "approval.resolved")]

@@ -9,7 +9,7 @@ pub(crate) mod open;
 mod read;
 mod record;
 mod search;
-mod write;
+pub(crate) mod write;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
 use cofold_agents::tool::{
-    Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolHandler, ToolOutput, handler_fn,
+    Preview, Tool, ToolContext, ToolDef, ToolEffects, ToolError, ToolHandler, ToolOutput,
+    handler_fn,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -183,6 +184,13 @@ fn parse<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
         .map_err(|e| ToolError::failed(format!("the input does not fit the tool: {e}")))
 }
 
+/// A preview's input parsed as the handler parses it; an input the handler would refuse is
+/// previewed as that refusal.
+fn parsed<T: DeserializeOwned>(input: &Value) -> Result<T, Preview> {
+    serde_json::from_value(input.clone())
+        .map_err(|e| Preview::would_fail(format!("the input does not fit the tool: {e}")))
+}
+
 /// Runs synchronous file work on the blocking pool and turns a refusal into a tool error.
 async fn blocking(
     work: impl FnOnce() -> Result<String, Refusal> + Send + 'static,
@@ -303,7 +311,11 @@ fn write_file_def(run: &Arc<Run>) -> ToolDef {
             write::write_file(run, &input.path, &input.content)
         }),
     );
-    writes_its_path(def, run)
+    let preview = Arc::clone(run);
+    writes_its_path(def, run).preview(move |input| match parsed::<WriteInput>(input) {
+        Ok(input) => write::preview_write(&preview, &input.path, &input.content),
+        Err(why) => why,
+    })
 }
 
 #[derive(Deserialize)]
@@ -336,7 +348,11 @@ fn edit_file_def(run: &Arc<Run>) -> ToolDef {
             write::edit_file(run, &input.path, &input.old, &input.new, input.all)
         }),
     );
-    writes_its_path(def, run)
+    let preview = Arc::clone(run);
+    writes_its_path(def, run).preview(move |input| match parsed::<EditInput>(input) {
+        Ok(i) => write::preview_edit(&preview, &i.path, &i.old, &i.new, i.all),
+        Err(why) => why,
+    })
 }
 
 fn pattern_of(input: &Value) -> Option<String> {

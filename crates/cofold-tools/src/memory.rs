@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cofold_agents::capability::{Capability, CapabilityArgs, CapabilityError};
-use cofold_agents::tool::{Tool, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
+use cofold_agents::tool::{Preview, Tool, ToolDef, ToolEffects, ToolError, ToolOutput, handler_fn};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::files::open::{OpenRefusal, Opened, checked_open};
+use crate::files::open::{OpenRefusal, Opened, checked_open, open_for_preview};
+use crate::files::write::{PREVIEW_MAX_BYTES, read_for_preview, unshowable};
 use crate::paths::{absolute_of, display_path, normalize, real_path, resolve_within};
 
 /// The index file, read when memory_read names no path.
@@ -169,6 +170,43 @@ impl Folder {
         }
     }
 
+    /// What memory_write would do: the file created or replaced with `content` byte for byte,
+    /// or the refusal the call would meet, or why the change cannot be shown.
+    fn preview(&self, input: &Value) -> Preview {
+        let input: WriteInput = match serde_json::from_value(input.clone()) {
+            Ok(input) => input,
+            Err(e) => {
+                return Preview::would_fail(MemoryRefusal::BadInput(e.to_string()).to_string());
+            }
+        };
+        let real = match self.writable(&input.path) {
+            Ok(real) => real,
+            Err(refusal) => return Preview::would_fail(refusal.to_string()),
+        };
+        let shown = self.shown(&input.path);
+        let after = input.content.into_bytes();
+        let before = match open_for_preview(&real) {
+            Ok(None) => None,
+            Ok(Some(file)) => match read_for_preview(file, &shown, PREVIEW_MAX_BYTES) {
+                Ok(bytes) => Some(bytes),
+                Err(why) => return why,
+            },
+            Err(OpenRefusal::Io(error)) => {
+                return Preview::would_fail(MemoryRefusal::Io { shown, error }.to_string());
+            }
+            Err(_) => return Preview::would_fail(MemoryRefusal::NotAFile(shown).to_string()),
+        };
+        for (side, what) in [
+            (before.as_deref(), ""),
+            (Some(&after[..]), "the new content of"),
+        ] {
+            if let Some(why) = side.and_then(|bytes| unshowable(&shown, bytes, what)) {
+                return why;
+            }
+        }
+        Preview::file(real, before, Some(after))
+    }
+
     async fn write(&self, input: Value) -> Result<String, MemoryRefusal> {
         let input: WriteInput =
             serde_json::from_value(input).map_err(|e| MemoryRefusal::BadInput(e.to_string()))?;
@@ -304,6 +342,7 @@ impl MemoryCapability {
         let folder = Arc::clone(&self.folder);
         let subject_folder = Arc::clone(&self.folder);
         let writes_folder = Arc::clone(&self.folder);
+        let preview_folder = Arc::clone(&self.folder);
         ToolDef::new(
             "memory_write",
             "Write a whole memory file (folders are made). Keep MEMORY.md pointing at every file \
@@ -340,5 +379,6 @@ impl MemoryCapability {
             let path = input.get("path").and_then(Value::as_str)?;
             Some(writes_folder.absolute(path))
         })
+        .preview(move |input: &Value| preview_folder.preview(input))
     }
 }

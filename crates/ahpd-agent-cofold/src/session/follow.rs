@@ -11,12 +11,22 @@ use cofold_agents::event::{Command, EventBody};
 use cofold_agents::run::RunHandle;
 use futures::StreamExt;
 
-use super::{Core, DECLINED, Follow, NOT_JSON, UNANSWERED, lock};
+use super::{Core, Follow, NOT_JSON, UNANSWERED, lock};
 use crate::actions as act;
-use crate::asks;
+use crate::asks::{self, EDIT_REFUSED};
 use crate::edits::OpenEdits;
+use crate::previews;
 use crate::turn_facts;
 use crate::turns::{Carry, TurnMapper};
+
+/// What the ask of one approval needs besides the question: the request it answers and the
+/// call's input, how the input is shown, and the call's title.
+struct Asked {
+    request_id: String,
+    input: serde_json::Value,
+    shell: bool,
+    title: String,
+}
 
 impl Core {
     /// Follows one run's events to its end, emitting while the turn is shown.
@@ -113,14 +123,22 @@ impl Core {
                 request_id,
                 call_id,
                 name,
+                input,
                 prompt,
-                ..
+                risk,
             } => {
                 requests.insert(request_id.clone(), call_id.clone());
-                let request = mapper.approval_request(call_id, name, prompt.as_deref());
+                let request =
+                    mapper.approval_request(call_id, name, prompt.as_deref(), risk.as_deref());
+                let asked = Asked {
+                    request_id: request_id.clone(),
+                    input: input.clone(),
+                    shell: mapper.is_shell(call_id),
+                    title: mapper.title_of(call_id),
+                };
                 self.spawn_approval(
                     handle.clone(),
-                    request_id.clone(),
+                    asked,
                     request,
                     edits.clone().map(|e| (e, call_id.clone())),
                 );
@@ -149,7 +167,7 @@ impl Core {
                         },
                         ChatInputResponseKind::Decline => Command::Deny {
                             request_id,
-                            reason: Some(DECLINED.to_owned()),
+                            reason: Some(asks::DECLINED.to_owned()),
                         },
                         // Nobody can answer (the host could not place the question, or the
                         // turn ended): the run is told so rather than left waiting. A stop
@@ -189,44 +207,76 @@ impl Core {
         }
     }
 
+    // Long: the preview, the question, the answer kept, and the answer turned into the run's
+    // command (an edit checked by the run, and refused with its reason) happen in this order.
     fn spawn_approval(
         &self,
         handle: RunHandle,
-        request_id: String,
-        request: ApprovalRequest,
+        asked: Asked,
+        mut request: ApprovalRequest,
         edits: Option<(OpenEdits, String)>,
     ) {
         let ctx = self.ctx.clone();
         let store = self.agent.store.clone();
         let session = self.backend_id.clone();
         tokio::spawn(async move {
+            let Asked {
+                request_id,
+                input,
+                shell,
+                title,
+            } = asked;
             let held = crate::approval_keys::hold(ctx.session_uri(), &request.tool_call_id).await;
+            // The tool tells what the call would do, by the code the call runs, before anyone
+            // is asked about it.
+            let tool = handle.paused_tool(&request_id).await;
+            if let Some(preview) = previews::preview_of(tool, input.clone()).await
+                && let Some(note) = previews::show(&mut request, &preview, &title)
+            {
+                turn_facts::previewed(store.as_ref(), &session, &request_id, &note).await;
+            }
             let outcome = ctx.ask_approval(request).await;
             drop(held);
             // Kept before the run hears it, so the turn reads back with the answer it shows.
             if let Some(answer) = turn_facts::answer_of(&outcome) {
                 turn_facts::answered(store.as_ref(), &session, &request_id, &answer).await;
             }
+            let settle = || {
+                if let Some((edits, call_id)) = &edits {
+                    edits.after(call_id);
+                }
+            };
             let command = match outcome {
                 ApprovalOutcome::Approved { edited_input, .. } => {
-                    match edited_input.map(|text| serde_json::from_str::<serde_json::Value>(&text))
-                    {
+                    match edited_input.map(|text| asks::edited_input(&text, shell, &input)) {
                         None => Command::Approve {
                             request_id,
                             input: None,
                             always_approve: None,
                         },
-                        Some(Ok(input)) => Command::Approve {
-                            request_id,
-                            input: Some(input),
-                            always_approve: None,
-                        },
+                        Some(Ok(edited)) => {
+                            let approve = Command::Approve {
+                                request_id: request_id.clone(),
+                                input: Some(edited),
+                                always_approve: None,
+                            };
+                            // The run checks the edit against the tool's schema before it takes
+                            // it; a refused edit runs nothing and the model reads why.
+                            match handle.submit(approve).await {
+                                Ok(()) => return,
+                                Err(e) => {
+                                    settle();
+                                    Command::Deny {
+                                        request_id,
+                                        reason: Some(format!("{EDIT_REFUSED}: {}", e.message)),
+                                    }
+                                }
+                            }
+                        }
                         // Running the original instead would run what the person did not
                         // approve; the call is refused with the reason.
                         Some(Err(e)) => {
-                            if let Some((edits, call_id)) = &edits {
-                                edits.after(call_id);
-                            }
+                            settle();
                             Command::Deny {
                                 request_id,
                                 reason: Some(format!("{NOT_JSON}: {e}")),
@@ -234,13 +284,11 @@ impl Core {
                         }
                     }
                 }
-                ApprovalOutcome::Denied { .. } => {
-                    if let Some((edits, call_id)) = &edits {
-                        edits.after(call_id);
-                    }
+                ApprovalOutcome::Denied { message, .. } => {
+                    settle();
                     Command::Deny {
                         request_id,
-                        reason: Some(DECLINED.to_owned()),
+                        reason: Some(asks::declined(message.as_deref())),
                     }
                 }
                 // Nobody can answer: the host could not place the request (another chat's
@@ -248,9 +296,7 @@ impl Core {
                 // is told rather than left waiting; a stop or close cancels the run as
                 // well, and whichever arrives first, the call does not run.
                 ApprovalOutcome::Cancelled => {
-                    if let Some((edits, call_id)) = &edits {
-                        edits.after(call_id);
-                    }
+                    settle();
                     Command::Deny {
                         request_id,
                         reason: Some(UNANSWERED.to_owned()),

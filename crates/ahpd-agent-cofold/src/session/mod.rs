@@ -21,7 +21,7 @@ mod follow;
 mod mcp_gate;
 mod prepare;
 mod reopen;
-pub use crate::asks::{DECLINED, NOT_JSON, UNANSWERED};
+pub use crate::asks::{NOT_JSON, UNANSWERED};
 pub use reopen::REPLACED;
 pub(crate) use reopen::{Paused, read_paused};
 

@@ -17,6 +17,7 @@ mod mcp;
 mod models;
 mod options;
 mod outside_paths;
+mod previews;
 mod provider_settings;
 mod read_back;
 mod reopen;

@@ -78,7 +78,7 @@ async fn case_095_096_097_099_a_write_under_default_waits_for_a_person_and_a_ref
             assert_eq!(
                 p.confirmation_title,
                 Some(ahp_types::common::StringOrMarkdown::Plain(
-                    "Run write_file?".into()
+                    "Write a.txt?".into()
                 ))
             );
         }

@@ -10,7 +10,7 @@ use ahp_types::actions::{
     ChatTurnCancelledAction, ChatTurnResumeAction, ChatTurnStartedAction,
     SessionConfigChangedAction, StateAction,
 };
-use ahp_types::common::JsonObject;
+use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{ErrorInfo, ErrorResponsePart};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -463,7 +463,11 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
                     tool_input: a.tool_input,
                     confirmation_title: a.confirmation_title,
                     edits: a.edits,
+                    risk_assessment: a.risk_assessment,
+                    editable: a.editable,
+                    meta: a.meta,
                 };
+                let mut said = None;
                 let (approved, reason, edited, option, why) = match ctx.ask_approval(request).await
                 {
                     ApprovalOutcome::Approved {
@@ -471,7 +475,10 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
                         option_id,
                         confirmed,
                     } => (true, None, edited_input, option_id, Some(confirmed)),
-                    ApprovalOutcome::Denied { reason } => (false, reason, None, None, None),
+                    ApprovalOutcome::Denied { reason, message } => {
+                        said = message.map(StringOrMarkdown::Plain);
+                        (false, reason, None, None, None)
+                    }
                     ApprovalOutcome::Cancelled => (false, None, None, None, None),
                 };
                 let confirmed = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
@@ -483,7 +490,7 @@ fn forward(link: &Link, c: &Conn, ev: ahp::ClientEvent, running: &mut Option<Run
                     reason,
                     edited_tool_input: edited,
                     user_suggestion: None,
-                    reason_message: None,
+                    reason_message: said,
                     selected_option_id: option,
                 });
                 let _ = client.dispatch(chat, confirmed).await;

@@ -158,5 +158,8 @@ pub fn approval(turn: &str, id: &str) -> ApprovalRequest {
         tool_input: None,
         confirmation_title: None,
         edits: None,
+        risk_assessment: None,
+        editable: None,
+        meta: None,
     }
 }

@@ -3,10 +3,12 @@
 
 mod glob;
 mod modes;
+mod risk;
 mod rules;
 
 pub use glob::match_glob;
 pub use modes::{InsideFn, IsEditFn, ModeContext, PermissionMode, mode_description, policy_of};
+pub use risk::{destructive_command, explained, risk_of};
 pub use rules::{Rule, RuleSet, rules};
 
 pub use crate::status::{Denial, DenialBy};
@@ -53,7 +55,10 @@ pub enum Behavior {
 pub struct Decision {
     /// Run, ask or refuse.
     pub behavior: Behavior,
-    /// For a refusal: what the model reads (default `Denied by policy: <tool>`).
+    /// For a refusal: what the model reads (default `Denied by policy: <tool>`). For an ask: why
+    /// the policy asks (outside the workspace, a credential store, a command that destroys, a
+    /// network fetch), one sentence the person sees beside the question; none when it asks only
+    /// because the tool can change things.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -72,6 +77,14 @@ impl Decision {
         Decision {
             behavior: Behavior::Ask,
             reason: None,
+        }
+    }
+
+    /// Ask a person first, saying why.
+    pub fn ask_because(reason: impl Into<String>) -> Decision {
+        Decision {
+            behavior: Behavior::Ask,
+            reason: Some(reason.into()),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::error::{AgentError, ErrorCode};
 use crate::event::{Command, Event, EventBody, RunOutcome, RunStatus};
 use crate::id::Timestamp;
 use crate::message::Part;
-use crate::tool::{AbortController, AbortReason};
+use crate::tool::{AbortController, AbortReason, Tool};
 
 use super::command_check::{OpenRequest, check_command, steer_parts};
 use super::event_log::{Log, Names};
@@ -349,6 +349,33 @@ impl RunHandle {
         drop(state);
         self.shared.detach.cancel();
         true
+    }
+
+    /// The tool of the call waiting at `request_id`, for describing the call to the person
+    /// before they answer (see [`Tool::preview`]). `None` once the request is answered, when the
+    /// run is not waiting at it, or when the resumed run no longer offers the tool. A resumed
+    /// run still reading its records is waited for.
+    pub async fn paused_tool(&self, request_id: &str) -> Option<Tool> {
+        let mut rx = self.shared.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            {
+                let state = self.shared.lock();
+                if state.outcome.is_some() {
+                    return None;
+                }
+                match &state.phase {
+                    Phase::Paused(open) if open.request_id == request_id => {
+                        return open.tool.clone();
+                    }
+                    Phase::Attaching => {}
+                    _ => return None,
+                }
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
     }
 
     /// Sends a command. `steer` resolves once the message is in the transcript; `approve`,

@@ -9,7 +9,7 @@ use crate::error::{AgentError, ErrorCode};
 use crate::event::{ApprovalDecision, Command, EventBody, OutcomeKind, RequestKind, RunStatus};
 use crate::id::{Timestamp, new_id};
 use crate::message::{ToolCall, ToolResult};
-use crate::policy::DenialBy;
+use crate::policy::{Behavior, DecideArgs, DenialBy};
 use crate::question::{Question, render_answers};
 use crate::store::{
     KvScope, PendingRequest, RunUpdate, StepPatch, StepStatus, ToolOriginal, approvals_key,
@@ -56,22 +56,33 @@ enum Refused {
     Failed(AgentError),
 }
 
-/// The pause of a call that waits for a person: what is kept to go on, the approval's prompt and
+/// What a pause tells the person beside the call: a hook's prompt and the policy's reason.
+#[derive(Default)]
+struct Words {
+    prompt: Option<String>,
+    risk: Option<String>,
+}
+
+/// The pause of a call that waits for a person: what is kept to go on, the approval's words and
 /// the stored request's payload.
 fn parked_of(
     call: &ToolCall,
     waiting: CallResult,
     request_id: &str,
-) -> Result<(Parked, Option<String>, Value), AgentError> {
+) -> Result<(Parked, Words, Value), AgentError> {
     match waiting {
         CallResult::NeedsApproval {
             tool,
             input,
             prompt,
+            risk,
         } => {
             let mut payload = json!({ "name": call.name, "input": input });
             if let Some(prompt) = &prompt {
                 payload["prompt"] = json!(prompt);
+            }
+            if let Some(risk) = &risk {
+                payload["risk"] = json!(risk);
             }
             let parked = Parked {
                 request_id: request_id.to_owned(),
@@ -83,7 +94,7 @@ fn parked_of(
                 invocation_id: None,
                 started_at: None,
             };
-            Ok((parked, prompt, payload))
+            Ok((parked, Words { prompt, risk }, payload))
         }
         CallResult::NeedsInput {
             tool,
@@ -105,7 +116,7 @@ fn parked_of(
                 invocation_id: Some(invocation_id),
                 started_at: Some(started_at),
             };
-            Ok((parked, None, payload))
+            Ok((parked, Words::default(), payload))
         }
         _ => Err(AgentError::internal("a call that needs nobody was paused")),
     }
@@ -117,7 +128,7 @@ impl Runner {
     /// Writes the pause and announces it.
     pub(crate) async fn pause(&mut self, call: &ToolCall, waiting: CallResult) -> Flow<Parked> {
         let request_id = new_id();
-        let (parked, prompt, payload) =
+        let (parked, words, payload) =
             parked_of(call, waiting, &request_id).map_err(Exit::Error)?;
         let request = PendingRequest {
             request_id: request_id.clone(),
@@ -159,7 +170,8 @@ impl Runner {
                 call_id: call.call_id.clone(),
                 name: call.name.clone(),
                 input: parked.input.clone(),
-                prompt,
+                prompt: words.prompt,
+                risk: words.risk,
             },
             RequestKind::Input => EventBody::InputRequested {
                 request_id: request_id.clone(),
@@ -323,11 +335,14 @@ impl Runner {
                         )
                         .await?;
                 }
-                let input = match input {
-                    Some(edited) => check_edited_input(Some(&tool), &edited)?,
-                    None => parked.input.clone(),
+                let Some(edited) = input else {
+                    return self.execute(&call, &tool, parked.input.clone()).await;
                 };
-                self.execute(&call, &tool, input).await
+                let edited = check_edited_input(Some(&tool), &edited)?;
+                if edited == parked.input {
+                    return self.execute(&call, &tool, edited).await;
+                }
+                self.run_edited(&call, &tool, edited).await
             }
             (RequestKind::Approval, Command::Deny { reason, .. }) => {
                 let reason = reason.unwrap_or_else(|| DENIED_BY_USER.into());
@@ -362,6 +377,56 @@ impl Runner {
                 "a command of the wrong kind reached the paused call",
             ))),
         }
+    }
+
+    /// Runs a call whose input the person changed before approving. The policy judges the new
+    /// input again, since the approval was given to a question about the old one: a refusal
+    /// stands, an ask is answered by that approval. The model reads what ran, since its own
+    /// call said otherwise.
+    async fn run_edited(
+        &mut self,
+        call: &ToolCall,
+        tool: &Tool,
+        edited: Value,
+    ) -> Flow<CallResult> {
+        let info = self.run_info();
+        let args = DecideArgs {
+            tool,
+            input: &edited,
+            run: &info,
+        };
+        let decided = self
+            .unless_stopped("the policy".into(), self.agent.policy().decide(&args))
+            .await;
+        let Some(decision) = decided else {
+            return Ok(CallResult::Aborted);
+        };
+        if decision.behavior == Behavior::Deny {
+            let reason = format!(
+                "{} (the input as the person edited it)",
+                decision.deny_reason(tool.name())
+            );
+            self.add_denial(call, Some(edited), &reason, DenialBy::Policy);
+            self.emit(EventBody::ToolDenied {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                reason: reason.clone(),
+            })
+            .await?;
+            return Ok(CallResult::Answered {
+                result: error_result(call, reason),
+                stop: None,
+            });
+        }
+        let shown = super::tool_call::bound(edited.to_string(), 4000);
+        let mut done = self.execute(call, tool, edited).await?;
+        if let CallResult::Answered { result, .. } = &mut done {
+            result.content = format!(
+                "The person changed this call's input before approving it; it ran with {shown}.\n{}",
+                result.content
+            );
+        }
+        Ok(done)
     }
 
     /// Ends the `started` step of an input request and announces its result.

@@ -40,6 +40,8 @@ pub(crate) enum CallResult {
         tool: Tool,
         input: Value,
         prompt: Option<String>,
+        /// Why the policy asks, when it said.
+        risk: Option<String>,
     },
     /// The tool paused for answers; its step stays `started`.
     NeedsInput {
@@ -171,10 +173,14 @@ impl Runner {
                 if self.remembered_approval(tool.name()).await? {
                     return self.execute(call, &tool, input).await;
                 }
+                let risk = (decision.behavior == Behavior::Ask)
+                    .then_some(decision.reason)
+                    .flatten();
                 Ok(CallResult::NeedsApproval {
                     tool,
                     input,
                     prompt: hook_prompt.flatten(),
+                    risk,
                 })
             }
         }

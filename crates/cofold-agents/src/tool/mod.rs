@@ -1,5 +1,5 @@
-//! The tool contract: a definition with a JSON Schema input, declared effects, optional subject
-//! and written-path functions, and a handler run with a [`ToolContext`].
+//! The tool contract: a definition with a JSON Schema input, declared effects, optional subject,
+//! written-path and preview functions, and a handler run with a [`ToolContext`].
 
 use crate::error::AgentError;
 use crate::id::is_valid_name;
@@ -15,9 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 mod context;
+mod preview;
 
 pub use crate::abort::{AbortController, AbortReason, AbortSignal};
 pub use context::{Kv, KvScopes, Resources, ToolContext};
+pub use preview::{FileChange, Preview, PreviewFn};
 
 /// What a tool's calls may do; policies and permission modes decide from these.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -197,6 +199,8 @@ pub struct ToolDef {
     pub subject: Option<SubjectFn>,
     /// The absolute path of the one file a call writes, from validated input.
     pub writes: Option<WritesFn>,
+    /// What a call with validated input would do, worked out without doing it.
+    pub preview: Option<PreviewFn>,
     /// Runs calls.
     pub handler: Arc<dyn ToolHandler>,
 }
@@ -216,6 +220,7 @@ impl ToolDef {
             effects: ToolEffects::default(),
             subject: None,
             writes: None,
+            preview: None,
             handler,
         }
     }
@@ -243,6 +248,13 @@ impl ToolDef {
         self.writes = Some(Arc::new(f));
         self
     }
+
+    /// The same definition with a preview function. It must reach its answer by the same code
+    /// the handler runs, so what a person approves is what the call does.
+    pub fn preview(mut self, f: impl Fn(&Value) -> Preview + Send + Sync + 'static) -> ToolDef {
+        self.preview = Some(Arc::new(f));
+        self
+    }
 }
 
 impl fmt::Debug for ToolDef {
@@ -252,6 +264,7 @@ impl fmt::Debug for ToolDef {
             .field("effects", &self.effects)
             .field("subject", &self.subject.is_some())
             .field("writes", &self.writes.is_some())
+            .field("preview", &self.preview.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -370,6 +383,17 @@ impl Tool {
     /// the input names no file.
     pub fn writes(&self, input: &Value) -> Option<PathBuf> {
         self.def.writes.as_ref().and_then(|f| f(input))
+    }
+
+    /// Whether the tool can describe a call before it runs.
+    pub fn has_preview(&self) -> bool {
+        self.def.preview.is_some()
+    }
+
+    /// What a call with validated input would do; `None` when the tool offers no preview. The
+    /// function may read files, so callers on an async runtime run it on the blocking pool.
+    pub fn preview(&self, input: &Value) -> Option<Preview> {
+        self.def.preview.as_ref().map(|f| f(input))
     }
 
     /// Validates input against the schema, returning it with defaults filled, or every issue.

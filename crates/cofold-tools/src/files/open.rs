@@ -77,6 +77,27 @@ pub(crate) fn checked_open(
     }
 }
 
+/// Opens `real` read-only for a preview of a write: `None` when nothing is there, the checked
+/// open's refusals for a folder or a file that is not regular. Never creates anything, and a
+/// FIFO swapped in after the check cannot hang it.
+pub(crate) fn open_for_preview(real: &Path) -> Result<Option<File>, OpenRefusal> {
+    match std::fs::metadata(real) {
+        Ok(meta) if meta.is_dir() => Err(OpenRefusal::Folder),
+        Ok(meta) if !meta.is_file() => Err(OpenRefusal::NotRegular),
+        Ok(_) => {
+            let file = imp::open_reading(real).map_err(OpenRefusal::Io)?;
+            let meta = file.metadata().map_err(OpenRefusal::Io)?;
+            if meta.is_file() {
+                Ok(Some(file))
+            } else {
+                Err(OpenRefusal::NotRegular)
+            }
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(OpenRefusal::Io(error)),
+    }
+}
+
 /// The errors that mean "the path is no longer what was checked".
 fn changed_or_io(error: io::Error) -> OpenRefusal {
     if is_path_change(&error) {
@@ -114,6 +135,11 @@ mod imp {
     pub(super) fn open_existing(real: &Path) -> io::Result<File> {
         let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOCTTY;
         open_without_links(real, flags).map(File::from)
+    }
+
+    pub(super) fn open_reading(real: &Path) -> io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        Ok(File::from(rustix::fs::open(real, flags, Mode::empty())?))
     }
 
     pub(super) fn create_new(parent: &Path, name: &Path) -> io::Result<File> {
@@ -189,6 +215,10 @@ mod imp {
 
     pub(super) fn open_existing(real: &Path) -> io::Result<File> {
         OpenOptions::new().read(true).write(true).open(real)
+    }
+
+    pub(super) fn open_reading(real: &Path) -> io::Result<File> {
+        File::open(real)
     }
 
     pub(super) fn create_new(parent: &Path, name: &Path) -> io::Result<File> {

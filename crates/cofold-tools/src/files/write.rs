@@ -1,15 +1,23 @@
 //! write_file and edit_file: every byte goes through the descriptor the checked
-//! open returned, after the read-before-write check.
+//! open returned, after the read-before-write check. Their previews take the same steps up to
+//! the write, read-only, so what a person is shown is what the call does.
 
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
-use super::open::{OpenRefusal, Opened, checked_open};
+use cofold_agents::tool::Preview;
+
+use super::open::{OpenRefusal, Opened, checked_open, open_for_preview};
 use super::read::BINARY_PROBE;
 use super::record::{Seen, Stamp};
 use super::{Refusal, Run};
 use crate::paths::{ResolvedPath, display_path, resolve_within};
+
+/// The most a preview shows of one side of a file: a larger file is described, not shown.
+pub(crate) const PREVIEW_MAX_BYTES: u64 = 1024 * 1024;
+/// The largest file an edit's preview still reads to tell whether the edit would go through.
+const PREVIEW_READ_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Runs write_file for one call.
 pub(crate) fn write_file(run: &Run, path: &str, content: &str) -> Result<String, Refusal> {
@@ -20,16 +28,11 @@ pub(crate) fn write_file(run: &Run, path: &str, content: &str) -> Result<String,
     let opened = checked_open(&resolved.real, true, run.options.before_open.as_deref())
         .map_err(|r| refusal_of(r, &shown))?;
     let (mut file, verb, bytes) = match opened {
-        Opened::Created(file) => (file, "created", Cow::Borrowed(content.as_bytes())),
+        Opened::Created(file) => (file, "created", written_bytes(content, false)),
         Opened::Existing(mut file) => {
             check_read(run, &file, &resolved.real, &shown)?;
             let crlf = first_break_is_crlf(&mut file).map_err(|e| Refusal::io(&shown, &e))?;
-            let bytes = if crlf {
-                Cow::Owned(to_crlf(content.as_bytes()))
-            } else {
-                Cow::Borrowed(content.as_bytes())
-            };
-            (file, "replaced", bytes)
+            (file, "replaced", written_bytes(content, crlf))
         }
     };
     replace_contents(&mut file, &bytes).map_err(|e| Refusal::io(&shown, &e))?;
@@ -58,14 +61,53 @@ pub(crate) fn edit_file(
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
     file.read_to_end(&mut bytes)
         .map_err(|e| Refusal::io(&shown, &e))?;
-    if memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]).is_some() {
-        return Err(Refusal(format!("{shown} is binary")));
+    let (output, count) = edited_bytes(&bytes, old, new, all, &shown)?;
+    replace_contents(&mut file, &output).map_err(|e| Refusal::io(&shown, &e))?;
+    stamp_after_write(run, &file, &resolved.real, &shown)?;
+    Ok(if count == 1 {
+        format!("edited {shown}: 1 replacement")
+    } else {
+        format!("edited {shown}: {count} replacements")
+    })
+}
+
+/// What write_file puts in a file: `content`, with every line break as `\r\n` when the file
+/// it replaces has CRLF line breaks (a new file gets `content` byte for byte).
+fn written_bytes(content: &str, crlf: bool) -> Cow<'_, [u8]> {
+    if crlf {
+        Cow::Owned(to_crlf(content.as_bytes()))
+    } else {
+        Cow::Borrowed(content.as_bytes())
     }
-    let crlf = match memchr::memchr(b'\n', &bytes) {
+}
+
+fn is_binary(bytes: &[u8]) -> bool {
+    memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]).is_some()
+}
+
+/// Whether the first line break in `bytes` is `\r\n` (the same answer [`first_break_is_crlf`]
+/// reads from a file).
+fn crlf_of(bytes: &[u8]) -> bool {
+    match memchr::memchr(b'\n', bytes) {
         Some(at) => at > 0 && bytes[at - 1] == b'\r',
         None => false,
-    };
-    let view = to_lf(&bytes);
+    }
+}
+
+/// edit_file's rules applied to a file's bytes: what the file becomes and how many
+/// replacements that took, or the refusal.
+fn edited_bytes(
+    bytes: &[u8],
+    old: &str,
+    new: &str,
+    all: bool,
+    shown: &str,
+) -> Result<(Vec<u8>, usize), Refusal> {
+    if is_binary(bytes) {
+        return Err(Refusal(format!("{shown} is binary")));
+    }
+    let crlf = crlf_of(bytes);
+    let view = to_lf(bytes);
     let old = to_lf(old.as_bytes());
     let new = to_lf(new.as_bytes());
     let found: Vec<usize> = memchr::memmem::find_iter(&view, &old).collect();
@@ -88,13 +130,129 @@ pub(crate) fn edit_file(
     }
     edited.extend_from_slice(&view[at..]);
     let output = if crlf { to_crlf(&edited) } else { edited };
-    replace_contents(&mut file, &output).map_err(|e| Refusal::io(&shown, &e))?;
-    stamp_after_write(run, &file, &resolved.real, &shown)?;
-    Ok(if count == 1 {
-        format!("edited {shown}: 1 replacement")
+    Ok((output, count))
+}
+
+/// What write_file would do with `content` at `path`: the file created, or replaced from what
+/// it holds now; or the refusal the call would meet; or why it cannot be shown.
+pub(crate) fn preview_write(run: &Run, path: &str, content: &str) -> Preview {
+    let resolved = resolve_within(&run.workspace, path.as_ref());
+    let shown = display_path(&run.workspace, &resolved.absolute);
+    if let Err(refusal) = stays_inside(run, &resolved, &shown) {
+        return Preview::would_fail(refusal.0);
+    }
+    let file = match open_for_preview(&resolved.real) {
+        Ok(file) => file,
+        Err(refusal) => return preview_refusal(refusal, &shown),
+    };
+    let Some(file) = file else {
+        let after = written_bytes(content, false);
+        if let Some(why) = unshowable(&shown, &after, "the new content of") {
+            return why;
+        }
+        return Preview::file(resolved.real, None, Some(after.into_owned()));
+    };
+    if let Err(refusal) = check_read(run, &file, &resolved.real, &shown) {
+        return Preview::would_fail(refusal.0);
+    }
+    let before = match read_for_preview(file, &shown, PREVIEW_MAX_BYTES) {
+        Ok(bytes) => bytes,
+        Err(why) => return why,
+    };
+    let after = written_bytes(content, crlf_of(&before));
+    for (side, what) in [(&before[..], ""), (&after[..], "the new content of")] {
+        if let Some(why) = unshowable(&shown, side, what) {
+            return why;
+        }
+    }
+    let after = after.into_owned();
+    Preview::file(resolved.real, Some(before), Some(after))
+}
+
+/// What edit_file would do: the file before and after the replacement, or the refusal the call
+/// would meet (`old` missing or not unique among them), or why it cannot be shown.
+pub(crate) fn preview_edit(run: &Run, path: &str, old: &str, new: &str, all: bool) -> Preview {
+    let resolved = resolve_within(&run.workspace, path.as_ref());
+    let shown = display_path(&run.workspace, &resolved.absolute);
+    if let Err(refusal) = stays_inside(run, &resolved, &shown) {
+        return Preview::would_fail(refusal.0);
+    }
+    let file = match open_for_preview(&resolved.real) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Preview::would_fail(format!("no file at {shown}")),
+        Err(refusal) => return preview_refusal(refusal, &shown),
+    };
+    if let Err(refusal) = check_read(run, &file, &resolved.real, &shown) {
+        return Preview::would_fail(refusal.0);
+    }
+    let before = match read_for_preview(file, &shown, PREVIEW_READ_LIMIT) {
+        Ok(bytes) => bytes,
+        Err(why) => return why,
+    };
+    let after = match edited_bytes(&before, old, new, all, &shown) {
+        Ok((after, _)) => after,
+        Err(refusal) => return Preview::would_fail(refusal.0),
+    };
+    for side in [&before, &after] {
+        if let Some(why) = unshowable(&shown, side, "") {
+            return why;
+        }
+    }
+    Preview::file(resolved.real, Some(before), Some(after))
+}
+
+/// The preview of a call the checked open would refuse: the same sentence.
+fn preview_refusal(refusal: OpenRefusal, shown: &str) -> Preview {
+    Preview::would_fail(refusal_of(refusal, shown).0)
+}
+
+/// Reads a whole file for a preview, up to `limit` bytes; a larger or unreadable file gets
+/// the sentence saying so.
+pub(crate) fn read_for_preview(
+    mut file: File,
+    shown: &str,
+    limit: u64,
+) -> Result<Vec<u8>, Preview> {
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > limit {
+        return Err(too_large(shown, size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    match (&mut file).take(limit + 1).read_to_end(&mut bytes) {
+        Ok(_) if bytes.len() as u64 > limit => Err(too_large(shown, bytes.len() as u64)),
+        Ok(_) => Ok(bytes),
+        Err(error) => Err(Preview::unavailable(format!(
+            "{shown} could not be read for a preview: {error}"
+        ))),
+    }
+}
+
+fn too_large(shown: &str, size: u64) -> Preview {
+    Preview::unavailable(format!(
+        "{shown} is too large to preview ({size} bytes; a preview shows at most 1 MiB)"
+    ))
+}
+
+/// Why one side of a change cannot be shown (too large, binary), as a sentence about `what`
+/// `shown` (empty `what`: the file itself).
+pub(crate) fn unshowable(shown: &str, bytes: &[u8], what: &str) -> Option<Preview> {
+    let name = if what.is_empty() {
+        shown.to_owned()
     } else {
-        format!("edited {shown}: {count} replacements")
-    })
+        format!("{what} {shown}")
+    };
+    if bytes.len() as u64 > PREVIEW_MAX_BYTES {
+        return Some(Preview::unavailable(format!(
+            "{name} is too large to preview ({} bytes; a preview shows at most 1 MiB)",
+            bytes.len()
+        )));
+    }
+    if is_binary(bytes) {
+        return Some(Preview::unavailable(format!(
+            "{name} is binary, so there is no preview"
+        )));
+    }
+    None
 }
 
 /// A write spelled inside the workspace lands inside it: a path whose links now lead out (one

@@ -3,6 +3,7 @@ mod files_decl;
 mod files_edits;
 mod files_fixture;
 mod files_list;
+mod files_previews;
 mod files_read;
 mod files_record;
 mod files_search;
