@@ -214,7 +214,8 @@ pub fn answer_of(q: &ChatInputQuestion, line: &str) -> Result<Option<ChatInputAn
                     freeform_values: None,
                 }),
             ),
-            _ if freeform(q) => submitted(ChatInputAnswerValue::Selected(
+            // A bare number is meant as an option, never as the answer's words.
+            Err(_) if freeform(q) => submitted(ChatInputAnswerValue::Selected(
                 ChatInputSelectedAnswerValue {
                     value: line.to_owned(),
                     freeform_values: Some(vec![line.to_owned()]),

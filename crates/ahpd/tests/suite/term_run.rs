@@ -81,7 +81,11 @@ fn denied_without_a_terminal(daemon: bool) {
         stderr.contains("needs an approval and standard input is not a terminal"),
         "{stderr}"
     );
-    assert!(stderr.contains("• edit_file a.txt: denied"), "{stderr}");
+    assert!(
+        stderr.contains("• edit_file a.txt")
+            && stderr.contains(": denied (edit_file needs an approval"),
+        "{stderr}"
+    );
     assert_eq!(text(&out.stdout).trim_end(), "I could not edit it");
     assert_eq!(
         std::fs::read_to_string(work.join("a.txt")).unwrap(),
