@@ -58,7 +58,8 @@ pub fn run_command_line() -> i32 {
     match run(cli, sealed) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("ahpd: {err}");
+            // A failure may quote what a host, a model or a file said: never raw.
+            eprintln!("ahpd: {}", term::clean(&err.to_string()));
             exit_code_of(&err)
         }
     }
@@ -205,12 +206,12 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
             Ok(mcp::list(&loc, json)?)
         }
         Some(Command::Run(opts)) => {
-            logs::init("warn");
+            logs::init_client(&loc.dir.join("client.log"));
             report_sealed(sealed.as_ref());
             Ok(term::run(&loc, &opts)?)
         }
         Some(Command::Chat(opts)) => {
-            logs::init("warn");
+            logs::init_client(&loc.dir.join("client.log"));
             report_sealed(sealed.as_ref());
             Ok(term::chat(&loc, &opts)?)
         }

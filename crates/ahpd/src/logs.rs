@@ -64,3 +64,25 @@ fn filter(default: &str) -> EnvFilter {
     }
     filter
 }
+
+/// Installs the subscriber for the terminal client: its lines (an in-process host's among
+/// them: an MCP server that keeps failing, say) go to `client.log` beside the configuration,
+/// never onto the screen the person reads; the client says what matters there itself. Falls
+/// back to standard error when the file cannot be opened.
+pub fn init_client(path: &std::path::Path) {
+    match crate::logfile::RotatingLog::open(
+        path,
+        crate::logfile::MAX_BYTES,
+        crate::logfile::KEEP,
+        false,
+    ) {
+        Ok(log) => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter("warn"))
+                .with_writer(log)
+                .with_ansi(false)
+                .try_init();
+        }
+        Err(_) => init("warn"),
+    }
+}

@@ -46,11 +46,11 @@ impl Actor {
         }
         self.apply_chat(chat, action, Some(origin));
         if let Some(p) = self.asks.take(&entry)
-            && let PendingKind::Approval { reply, tool_name } = p.kind
+            && let PendingKind::Approval { reply, scope } = p.kind
         {
             let outcome = if a.approved {
                 if a.selected_option_id.as_deref() == Some("allow-session") {
-                    self.asks.allow_for_session(tool_name);
+                    self.allow_for_session(scope);
                 }
                 ApprovalOutcome::Approved {
                     edited_input: a.edited_tool_input.clone(),

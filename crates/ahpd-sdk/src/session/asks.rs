@@ -3,7 +3,7 @@
 //! allowed for the rest of the session. The actor opens, answers and settles them through
 //! this part only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use ahp_types::state::ToolCallResult;
@@ -15,7 +15,8 @@ use crate::session::exchange::{ApprovalOutcome, InputOutcome};
 pub(crate) enum PendingKind {
     Approval {
         reply: oneshot::Sender<ApprovalOutcome>,
-        tool_name: String,
+        /// The rule "allow for this session" stores for this call.
+        scope: String,
     },
     Input {
         reply: oneshot::Sender<InputOutcome>,
@@ -40,8 +41,9 @@ pub(crate) struct Pending {
 #[derive(Default)]
 pub(crate) struct Asks {
     open: HashMap<String, Pending>,
-    /// Tools a person allowed for the rest of the session.
-    allowed: HashSet<String>,
+    /// The rules a person allowed for the rest of the session (see `scopes`); kept here too
+    /// for a session without a configuration to hold them.
+    allowed: Vec<String>,
 }
 
 impl Asks {
@@ -107,12 +109,14 @@ impl Asks {
             .collect()
     }
 
-    /// A person allowed this tool for the rest of the session.
-    pub(crate) fn allow_for_session(&mut self, tool: String) {
-        self.allowed.insert(tool);
+    /// A person allowed what this rule covers for the rest of the session.
+    pub(crate) fn allow_for_session(&mut self, rule: String) {
+        if !self.allowed.contains(&rule) {
+            self.allowed.push(rule);
+        }
     }
 
-    pub(crate) fn allowed_for_session(&self, tool: &str) -> bool {
-        self.allowed.contains(tool)
+    pub(crate) fn allowed_for_session(&self) -> &[String] {
+        &self.allowed
     }
 }

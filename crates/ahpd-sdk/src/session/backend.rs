@@ -281,7 +281,8 @@ impl Actor {
                 return;
             }
             // A replaced turn's run asks: only the session entry can carry the question.
-            self.park_approval(chat, &req, None, String::new(), reply);
+            // Its tool is not known here, so "for this session" stores nothing.
+            self.park_approval(chat, &req, None, String::new(), String::new(), reply);
             return;
         };
         let (tool_name, display_name) = tool_names(&tc);
@@ -327,7 +328,11 @@ impl Actor {
             });
             return;
         }
-        if allow.contains(&tool_name) || self.asks.allowed_for_session(&tool_name) {
+        let base = self.first_dir();
+        let input = req.tool_input.as_ref();
+        let allowed =
+            |rule: &String| crate::session::scopes::allows(rule, &tool_name, input, base.as_deref());
+        if allow.iter().any(allowed) || self.asks.allowed_for_session().iter().any(allowed) {
             self.apply_chat(
                 chat,
                 &ready(Some(ToolCallConfirmationReason::Setting), None),
@@ -340,7 +345,12 @@ impl Actor {
             });
             return;
         }
-        let options = crate::agent::approval_options(&display_name);
+        // "For this session" allows what the call's scope covers, and the question says so.
+        let scope = crate::session::scopes::scope_of(&tool_name, &display_name, input, base.as_deref());
+        let mut options = crate::agent::approval_options(&display_name);
+        if let Some(o) = options.iter_mut().find(|o| o.id == "allow-session") {
+            o.label = scope.label.clone();
+        }
         self.apply_chat(chat, &ready(None, Some(options)), None);
         let pending_state = self
             .chats
@@ -350,7 +360,52 @@ impl Actor {
                 ToolCallState::PendingConfirmation(p) => Some(p.clone()),
                 _ => None,
             });
-        self.park_approval(chat, &req, pending_state, tool_name, reply);
+        self.park_approval(chat, &req, pending_state, tool_name, scope.rule, reply);
+    }
+
+    /// The session's first working folder, which relative paths in a call are read against.
+    fn first_dir(&self) -> Option<std::path::PathBuf> {
+        self.state
+            .working_directories
+            .as_ref()
+            .and_then(|d| d.first())
+            .and_then(|u| crate::util::path_of(u))
+    }
+
+    /// Stores a rule "allow for this session" made in the session's `permissions.allow`,
+    /// where every client sees it and later approvals are checked against it.
+    pub(crate) fn allow_for_session(&mut self, rule: String) {
+        if rule.is_empty() {
+            return;
+        }
+        self.asks.allow_for_session(rule.clone());
+        let Some(config) = self.state.config.as_ref() else {
+            return;
+        };
+        let mut permissions = config
+            .values
+            .get("permissions")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let mut allow: Vec<Value> = permissions
+            .get("allow")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if allow.iter().any(|r| r.as_str() == Some(rule.as_str())) {
+            return;
+        }
+        allow.push(Value::String(rule));
+        permissions.insert("allow".into(), Value::Array(allow));
+        let mut changed = ahp_types::common::JsonObject::new();
+        changed.insert("permissions".into(), Value::Object(permissions));
+        let action = StateAction::SessionConfigChanged(SessionConfigChangedAction {
+            config: changed,
+            replace: None,
+        });
+        self.apply_session(&action, None);
+        self.refresh_settings_view();
     }
 
     fn park_approval(
@@ -359,6 +414,7 @@ impl Actor {
         req: &ApprovalRequest,
         state: Option<ToolCallPendingConfirmationState>,
         tool_name: String,
+        scope: String,
         reply: tokio::sync::oneshot::Sender<ApprovalOutcome>,
     ) {
         let entry = format!("tool:{}", req.tool_call_id);
@@ -391,7 +447,7 @@ impl Actor {
             Pending {
                 chat: chat.clone(),
                 turn_id: req.turn_id.clone(),
-                kind: PendingKind::Approval { reply, tool_name },
+                kind: PendingKind::Approval { reply, scope },
             },
         );
     }

@@ -24,6 +24,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod open;
 pub(crate) mod parked;
 pub(crate) mod reduce;
+pub(crate) mod scopes;
 pub(crate) mod summary;
 pub(crate) mod turn_flow;
 pub(crate) mod turns;

@@ -6,14 +6,18 @@ use std::path::Path;
 
 use ahp::client::{ClientEventStream, SubscriptionEvent};
 use ahp::reducers::{apply_action_to_chat, apply_action_to_session};
+use std::collections::HashMap;
+
 use ahp_types::actions::{
-    ActionEnvelope, ChatPendingMessageSetAction, ChatToolCallConfirmedAction,
-    ChatTurnCancelledAction, ChatTurnStartedAction, SessionConfigChangedAction, StateAction,
+    ActionEnvelope, ChatInputCompletedAction, ChatPendingMessageSetAction,
+    ChatToolCallConfirmedAction, ChatTurnCancelledAction, ChatTurnStartedAction,
+    SessionConfigChangedAction, StateAction,
 };
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, ModelSelection, PendingMessageKind,
-    SessionState, SnapshotState, ToolCallCancellationReason, TurnState,
+    ChatInputAnswer, ChatInputResponseKind, ChatState, Message, MessageAttachment, MessageKind,
+    MessageOrigin, ModelSelection, PendingMessageKind, SessionState, SnapshotState,
+    ToolCallCancellationReason, TurnState,
 };
 use serde_json::{Value, json};
 
@@ -27,8 +31,8 @@ pub enum Answer {
     Once,
     /// Allow this tool for the rest of the session.
     Session,
-    /// Refuse, with the sentence the model reads.
-    Deny(String),
+    /// Refuse, with what the model reads as the reason, when one was given.
+    Deny(Option<String>),
 }
 
 /// What a new session starts with.
@@ -172,9 +176,11 @@ impl Conversation {
         conn: &Conn,
         text: &str,
         model: Option<&str>,
+        attachments: Vec<MessageAttachment>,
     ) -> Result<String, CommandError> {
         let turn = format!("t-{}", uuid::Uuid::new_v4().simple());
         let mut message = user_message(text);
+        message.attachments = (!attachments.is_empty()).then_some(attachments);
         message.model = model.map(|m| ModelSelection {
             id: m.to_owned(),
             config: None,
@@ -232,7 +238,7 @@ impl Conversation {
                 false,
                 Some("deny"),
                 Some(ToolCallCancellationReason::Denied),
-                Some(StringOrMarkdown::Plain(why.clone())),
+                why.clone().map(StringOrMarkdown::Plain),
             ),
         };
         let action = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
@@ -248,6 +254,28 @@ impl Conversation {
             selected_option_id: option.map(str::to_owned),
         });
         self.dispatch(conn, &self.chat, action).await
+    }
+
+    /// Answers the request `request` of the chat `chat`: accepted with `answers`, or, with
+    /// `None`, cancelled.
+    pub async fn answer_input(
+        &self,
+        conn: &Conn,
+        chat: &str,
+        request: &str,
+        answers: Option<HashMap<String, ChatInputAnswer>>,
+    ) -> Result<(), CommandError> {
+        let response = if answers.is_some() {
+            ChatInputResponseKind::Accept
+        } else {
+            ChatInputResponseKind::Cancel
+        };
+        let action = StateAction::ChatInputCompleted(ChatInputCompletedAction {
+            request_id: request.to_owned(),
+            response,
+            answers,
+        });
+        self.dispatch(conn, chat, action).await
     }
 
     /// Changes one session setting (`model`, `permissionMode`).

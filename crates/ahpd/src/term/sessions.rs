@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::conversation::Conversation;
 use super::render::{Style, one_line, text_of};
+use super::screen::{clean, clean_line};
 use super::{Conn, SessionsAction, SessionsOpts, Target, connect, runtime};
 use crate::commands::CommandError;
 use crate::locations::Locations;
@@ -111,7 +112,7 @@ async fn list(loc: &Locations, conn: &Conn, as_json: bool) -> Result<(), Command
         println!("no sessions yet: start one with ahpd run \"PROMPT\"");
         return Ok(());
     }
-    let cell = |v: &Value, k: &str| v[k].as_str().unwrap_or("-").to_owned();
+    let cell = |v: &Value, k: &str| clean_line(v[k].as_str().unwrap_or("-"));
     let cols = ["modifiedAt", "uri", "title", "model", "workspace"];
     let heads = ["LAST ACTIVITY", "SESSION", "TITLE", "MODEL", "WORKSPACE"];
     let widths: Vec<usize> = cols
@@ -178,8 +179,8 @@ async fn show(conn: &Conn, uri: &str, as_json: bool) -> Result<(), CommandError>
         return Ok(());
     }
     let style = Style::for_stdout();
-    println!("{}", style.bold(&conv.session_state.title));
-    println!("{}", style.dim(&conv.session));
+    println!("{}", style.bold(&clean_line(&conv.session_state.title)));
+    println!("{}", style.dim(&clean_line(&conv.session)));
     if state.turns_next_cursor.is_some() {
         println!("{}", style.dim("(older turns are not shown)"));
     }
@@ -187,28 +188,36 @@ async fn show(conn: &Conn, uri: &str, as_json: bool) -> Result<(), CommandError>
         print_turn(turn, style);
     }
     if let Some(active) = &state.active_turn {
-        println!("\n{} {}", style.bold(">"), active.message.text.trim_end());
+        println!(
+            "\n{} {}",
+            style.bold(">"),
+            clean(active.message.text.trim_end())
+        );
         println!("{}", style.dim("(this turn is still running)"));
     }
     Ok(())
 }
 
 fn print_turn(turn: &Turn, style: Style) {
-    println!("\n{} {}", style.bold(">"), turn.message.text.trim_end());
+    println!(
+        "\n{} {}",
+        style.bold(">"),
+        clean(turn.message.text.trim_end())
+    );
     for part in &turn.response_parts {
         match part {
-            ResponsePart::Markdown(m) => println!("{}", m.content.trim_end()),
+            ResponsePart::Markdown(m) => println!("{}", clean(m.content.trim_end())),
             ResponsePart::ToolCall(tc) => {
                 let line = match &tc.tool_call {
                     ToolCallState::Completed(c) => format!(
                         "• {} {}: {}",
-                        c.tool_name,
+                        clean_line(&c.tool_name),
                         one_line(text_of(&c.invocation_message)),
                         if c.success { "ok" } else { "failed" }
                     ),
                     ToolCallState::Cancelled(c) => format!(
                         "• {} {}: {}",
-                        c.tool_name,
+                        clean_line(&c.tool_name),
                         one_line(text_of(&c.invocation_message)),
                         serde_json::to_value(c.reason)
                             .ok()
@@ -220,7 +229,10 @@ fn print_turn(turn: &Turn, style: Style) {
                 println!("{}", style.dim(&line));
             }
             ResponsePart::Error(e) => {
-                println!("{}", style.red(&format!("error: {}", e.error.message)));
+                println!(
+                    "{}",
+                    style.red(&format!("error: {}", clean(&e.error.message)))
+                );
             }
             _ => {}
         }
@@ -244,7 +256,7 @@ async fn remove(conn: &Conn, uri: &str, as_json: bool) -> Result<(), CommandErro
     if as_json {
         println!("{}", json!({ "removed": uri }));
     } else {
-        println!("removed {uri}");
+        println!("removed {}", clean_line(uri));
     }
     Ok(())
 }

@@ -1,23 +1,11 @@
 //! `ahpd chat` in a pseudo-terminal: a message, an approval answered `y`, the reply, a steered
-//! turn and a stopped one.
+//! turn and a stopped one; `ahpd run`'s approvals in one.
 
 use serde_json::json;
 use testkit::{Endpoint, Frame, Gate, Reply, chunk};
 
 use super::support::*;
 use super::term_support::*;
-
-/// `ahpd <command> --path <work> <args>` in a pseudo-terminal, in plain text so the expectations
-/// need no escape codes.
-fn in_pty(env: &Env, command: &str, work: &std::path::Path, args: &[&str]) -> Pty {
-    let mut cmd = env.cmd();
-    cmd.arg(command)
-        .arg("--path")
-        .arg(work)
-        .args(args)
-        .env("NO_COLOR", "1");
-    Pty::spawn(cmd)
-}
 
 #[test]
 fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
@@ -49,7 +37,9 @@ fn chat_asks_an_approval_steers_and_stops_in_a_terminal() {
 
     pty.expect("you> ");
     pty.send("change hello to goodbye");
-    pty.expect("approve? edit_file a.txt");
+    pty.expect("approve? edit_file");
+    pty.expect("what: a.txt");
+    // The host's preview of the edit, as a diff.
     pty.expect("-hello");
     pty.expect("+goodbye");
     pty.expect("[y] yes once");
@@ -129,14 +119,22 @@ fn run_in_a_terminal_shows_the_diff_and_takes_no_for_an_answer() {
         &work,
         &["--mode", "default", "change hello, add b"],
     );
-    pty.expect("approve? edit_file a.txt");
+    pty.expect("approve? edit_file");
     pty.expect("-hello");
     pty.expect("+goodbye");
     pty.expect("[n] no > ");
     pty.send("n");
-    pty.expect("• edit_file a.txt: denied");
-    pty.expect("approve? write_file b.txt");
+    pty.expect("why?");
+    pty.send("keep the greeting");
+    pty.expect("• edit_file a.txt: denied (keep the greeting)");
+    pty.expect("approve? write_file");
+    pty.expect("b.txt: new file");
     pty.expect("+new file");
+    // "Always" for a file tool names the folder it will allow.
+    pty.expect(&format!(
+        "[a] allow write_file in {}/ for this session",
+        work.display()
+    ));
     pty.expect("[n] no > ");
     pty.send("a");
     pty.expect("• write_file b.txt: ok");

@@ -81,7 +81,11 @@ fn denied_without_a_terminal(daemon: bool) {
         stderr.contains("needs an approval and standard input is not a terminal"),
         "{stderr}"
     );
-    assert!(stderr.contains("• edit_file a.txt: denied"), "{stderr}");
+    assert!(
+        stderr.contains("• edit_file a.txt")
+            && stderr.contains(": denied (edit_file needs an approval"),
+        "{stderr}"
+    );
     assert_eq!(text(&out.stdout).trim_end(), "I could not edit it");
     assert_eq!(
         std::fs::read_to_string(work.join("a.txt")).unwrap(),
@@ -107,10 +111,14 @@ fn json_lines(daemon: bool) {
     let _daemon = daemon.then(|| Started::new(&env));
     let out = run(&env, &work, &["--mode", "default", "--yes", "--json", "go"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let lines: Vec<Value> = text(&out.stdout)
+    let mut lines: Vec<Value> = text(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
+    // The last line is the result; every one before it an envelope.
+    let result = lines.pop().unwrap();
+    assert_eq!(result["type"], "result", "{result}");
+    assert_eq!(result["text"], "done");
     let types: Vec<&str> = lines
         .iter()
         .map(|l| l["action"]["type"].as_str().unwrap())
@@ -233,8 +241,14 @@ fn a_failed_turn_exits_1_with_the_reason_in_both_modes() {
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains("ahpd: the turn failed: "), "{stderr}");
         if json {
-            let last = text(&out.stdout).lines().last().unwrap().to_owned();
-            let last: Value = serde_json::from_str(&last).unwrap();
+            let stdout = text(&out.stdout);
+            let mut lines = stdout.lines().rev();
+            let result: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+            assert_eq!(result["type"], "result");
+            assert_eq!(result["status"], "failed");
+            assert_eq!(result["exitCode"], 1);
+            assert!(result["error"].is_string(), "{result}");
+            let last: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
             assert_eq!(last["action"]["type"], "chat/error");
         }
     }

@@ -48,6 +48,23 @@ pub fn call(id: &str, name: &str, input: Value) -> Reply {
     ])
 }
 
+/// `ahpd <command> --path <work> <args>` in a pseudo-terminal, in plain text so the
+/// expectations need no escape codes.
+pub fn in_pty(env: &Env, command: &str, work: &std::path::Path, args: &[&str]) -> Pty {
+    let mut cmd = env.cmd();
+    cmd.arg(command)
+        .arg("--path")
+        .arg(work)
+        .args(args)
+        .env("NO_COLOR", "1");
+    Pty::spawn(cmd)
+}
+
+/// A streamed reply calling `ask_user` with `questions`.
+pub fn ask_user(id: &str, questions: Value) -> Reply {
+    call(id, "ask_user", json!({ "questions": questions }))
+}
+
 /// Read `a.txt`, edit it, run a command, then answer `answer`.
 pub fn coding_turn(answer: &str) -> Vec<Reply> {
     vec![
@@ -139,6 +156,17 @@ impl Pty {
             .write(true)
             .open(name.to_str().unwrap())
             .unwrap();
+        // The terminal is the program's controlling terminal, as in a shell, so Ctrl-C typed
+        // on it is the SIGINT of the program's process group.
+        #[allow(unsafe_code)]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
+                Ok(())
+            });
+        }
         let child = cmd
             .stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
@@ -202,6 +230,22 @@ impl Pty {
             .next()
             .unwrap()
             .to_owned()
+    }
+
+    /// Bytes typed as they are (Ctrl-C is `\x03`, the up arrow `\x1b[A`).
+    pub fn type_raw(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    /// Everything the program wrote so far, as bytes read back from the terminal.
+    pub fn screen(&self) -> String {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// Waits for the program to end; its exit code.
+    pub fn wait(&mut self) -> Option<i32> {
+        self.child.wait().unwrap().code()
     }
 
     pub fn send(&mut self, line: &str) {
