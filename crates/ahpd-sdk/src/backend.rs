@@ -125,8 +125,9 @@ impl Actor {
             BackendMsg::Approval {
                 chat,
                 request,
+                options,
                 reply,
-            } => self.ask_approval(&chat, request, reply),
+            } => self.ask_approval(&chat, request, options, reply),
             BackendMsg::Input {
                 chat,
                 turn_id,
@@ -267,6 +268,7 @@ impl Actor {
         &mut self,
         chat: &Arc<str>,
         req: ApprovalRequest,
+        custom: Option<Vec<ConfirmationOption>>,
         reply: tokio::sync::oneshot::Sender<ApprovalOutcome>,
     ) {
         self.flush_chat(chat);
@@ -339,7 +341,7 @@ impl Actor {
             });
             return;
         }
-        let options = crate::agent::approval_options(&display_name);
+        let options = custom.unwrap_or_else(|| crate::agent::approval_options(&display_name));
         self.apply_chat(chat, &ready(None, Some(options)), None);
         let pending_state = self
             .chats
