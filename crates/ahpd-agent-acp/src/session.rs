@@ -560,6 +560,7 @@ impl Worker {
         }
         let mcp = launch.mcp_servers(&caps.mcp_capabilities);
         let mut opened = None;
+        let mut why_new = "this agent cannot load a session".to_owned();
         if caps.load_session
             && let Some(id) = self.conv.acp_session_id.clone()
         {
@@ -572,6 +573,7 @@ impl Worker {
                 }
                 Err(e) => {
                     tracing::warn!(session = %self.conv.id, "the agent could not load its session ({e}); starting a new one");
+                    why_new = format!("the agent could not load it ({e})");
                 }
             }
         }
@@ -588,7 +590,7 @@ impl Worker {
                 };
                 if resumed && !self.told_new {
                     self.told_new = true;
-                    self.note_new_conversation();
+                    self.note_new_conversation(&why_new);
                 }
                 (r.session_id, r.config_options, r.modes)
             }
@@ -625,11 +627,14 @@ impl Worker {
     }
 
     /// Tells the running turn that the agent starts over: it cannot load its old session.
-    fn note_new_conversation(&mut self) {
+    fn note_new_conversation(&mut self, why: &str) {
         let Some(turn) = &self.turn else { return };
         let part = ResponsePart::Markdown(MarkdownResponsePart {
             id: format!("{}.note", turn.req.turn_id),
-            content: "*This agent cannot load its earlier conversation, so this turn starts a new agent conversation; the earlier turns stay here to read.*\n\n".to_owned(),
+            content: format!(
+                "*This turn starts a new agent conversation, as {}; the earlier turns stay here to read.*\n\n",
+                crate::text::plain(why)
+            ),
         });
         let action = StateAction::ChatResponsePart(ChatResponsePartAction {
             turn_id: turn.req.turn_id.clone(),

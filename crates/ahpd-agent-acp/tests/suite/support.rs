@@ -22,7 +22,7 @@ use ahpd_sdk::host::{Host, HostBuilder};
 use ahpd_sdk::plugin::{AgentRecord, Engine, SecretError, SecretReader};
 use ahpd_sdk::testing::Mirror;
 use ahpd_sdk::transport::ws::{WsConfig, WsServer};
-use ahpd_sdk::{Agent, Secret};
+use ahpd_sdk::{Agent, Secret, Session};
 use serde_json::{Value, json};
 
 /// Long enough never to fire on a healthy host; only turns a hang into a failure.
@@ -99,14 +99,110 @@ pub fn agent_with(place: &Place, id: &str, config: Value, vault: Vault) -> Arc<d
         .expect("the agent builds")
 }
 
+type Slot = Arc<std::sync::Mutex<Option<Box<dyn Session>>>>;
+
+/// Keeps every session an agent opens, so a stop can close them all as the daemon's does
+/// (the host library leaves that to the program that stops it).
+struct Live {
+    inner: Arc<dyn Agent>,
+    open: Arc<std::sync::Mutex<Vec<Slot>>>,
+}
+
+/// One session, taken out by the stop.
+struct Held(Slot);
+
+fn take(slot: &Slot) -> Option<Box<dyn Session>> {
+    slot.lock().ok()?.take()
+}
+
+#[async_trait::async_trait]
+impl Session for Held {
+    fn backend_id(&self) -> String {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.backend_id()))
+            .unwrap_or_default()
+    }
+    fn begin(&mut self, turn: ahpd_sdk::TurnRequest) {
+        if let Ok(mut s) = self.0.lock()
+            && let Some(s) = s.as_mut()
+        {
+            s.begin(turn);
+        }
+    }
+    fn cancel(&mut self, turn_id: &str) {
+        if let Ok(mut s) = self.0.lock()
+            && let Some(s) = s.as_mut()
+        {
+            s.cancel(turn_id);
+        }
+    }
+    fn configure(
+        &mut self,
+        changes: &ahp_types::common::JsonObject,
+    ) -> Result<(), ahpd_sdk::Refusal> {
+        match self.0.lock().ok().as_mut().and_then(|s| s.as_mut()) {
+            Some(s) => s.configure(changes),
+            None => Ok(()),
+        }
+    }
+    async fn close(&mut self) {
+        if let Some(mut s) = take(&self.0) {
+            s.close().await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for Live {
+    fn descriptor(&self) -> ahpd_sdk::AgentDescriptor {
+        self.inner.descriptor()
+    }
+    fn config_schema(&self, wd: Option<&Path>) -> ahp_types::state::SessionConfigSchema {
+        self.inner.config_schema(wd)
+    }
+    async fn create(
+        &self,
+        start: ahpd_sdk::SessionStart,
+    ) -> Result<Box<dyn Session>, ahpd_sdk::AgentError> {
+        let s = self.inner.create(start).await?;
+        let slot: Slot = Arc::new(std::sync::Mutex::new(Some(s)));
+        if let Ok(mut open) = self.open.lock() {
+            open.push(slot.clone());
+        }
+        Ok(Box::new(Held(slot)))
+    }
+    async fn list(&self) -> Vec<ahpd_sdk::PastSession> {
+        self.inner.list().await
+    }
+    async fn transcript(&self, id: &str) -> Option<Vec<ahp_types::state::Turn>> {
+        self.inner.transcript(id).await
+    }
+    async fn delete(&self, id: &str) -> Result<(), ahpd_sdk::AgentError> {
+        self.inner.delete(id).await
+    }
+}
+
 /// A host serving these agents on loopback.
 pub struct TestHost {
     pub host: Host,
     pub _server: WsServer,
     pub url: String,
+    open: Arc<std::sync::Mutex<Vec<Slot>>>,
 }
 
 pub async fn host(place: &Place, agents: Vec<Arc<dyn Agent>>) -> TestHost {
+    let open: Arc<std::sync::Mutex<Vec<Slot>>> = Arc::default();
+    let agents: Vec<Arc<dyn Agent>> = agents
+        .into_iter()
+        .map(|inner| {
+            Arc::new(Live {
+                inner,
+                open: open.clone(),
+            }) as Arc<dyn Agent>
+        })
+        .collect();
     let host = HostBuilder::new()
         .agents(agents)
         .path(place.work.clone())
@@ -119,16 +215,22 @@ pub async fn host(place: &Place, agents: Vec<Arc<dyn Agent>>) -> TestHost {
         host,
         _server: server,
         url,
+        open,
     }
 }
 
 impl TestHost {
-    /// Stops the host as a daemon does when it stops: every session closes.
+    /// Stops the host as the daemon does when it stops: every session closes.
     pub async fn stop(self) {
         self.host.shutdown();
-        tokio::time::timeout(PATIENCE, self.host.closed())
-            .await
-            .expect("the host closes");
+        let slots: Vec<Slot> = self.open.lock().map(|o| o.clone()).unwrap_or_default();
+        for slot in slots {
+            if let Some(mut s) = take(&slot) {
+                tokio::time::timeout(PATIENCE, s.close())
+                    .await
+                    .expect("the session closes");
+            }
+        }
     }
 }
 

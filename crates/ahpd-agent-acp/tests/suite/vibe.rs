@@ -175,7 +175,11 @@ async fn vibe_asks_two_clients_by_its_own_option_names_and_continues_after_a_res
         StateAction::ChatTurnComplete(_)
     ));
     assert!(w.last_text().contains("Still here after the restart."));
-    assert!(!w.last_text().contains("new agent conversation"));
+    assert!(
+        !w.last_text().contains("new agent conversation"),
+        "{}",
+        w.last_text()
+    );
     let bodies = endpoint.chat_bodies();
     let last = bodies.last().expect("a model request").to_string();
     assert!(
