@@ -17,8 +17,18 @@ use crate::record::Spec;
 use crate::session::AcpSession;
 use crate::store::{Conversation, Store};
 
+/// What the record's agent offered when a session last opened: its options and modes, from
+/// which the settings schema is drawn (an agent says what it offers only once it runs).
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Offered {
+    config: Vec<acp::SessionConfigOption>,
+    modes: Vec<acp::SessionMode>,
+}
+
 /// Everything a session needs to start its agent.
 pub struct Launch {
+    /// What the agent offered last, kept beside the conversations.
+    pub offered: std::sync::Mutex<Offered>,
     /// What the record runs.
     pub spec: Spec,
     /// The record's conversations.
@@ -32,6 +42,40 @@ pub struct Launch {
 }
 
 impl Launch {
+    fn offered_file(&self) -> PathBuf {
+        self.store.dir().join("offered.json")
+    }
+
+    /// Reads what the agent offered in an earlier run.
+    pub fn load_offered(&self) {
+        if let Ok(text) = std::fs::read_to_string(self.offered_file())
+            && let Ok(o) = serde_json::from_str::<Offered>(&text)
+            && let Ok(mut slot) = self.offered.lock()
+        {
+            *slot = o;
+        }
+    }
+
+    /// Keeps what a session's agent offers, for the schema of the next sessions.
+    pub fn remember(
+        &self,
+        config: &[acp::SessionConfigOption],
+        modes: Option<&acp::SessionModeState>,
+    ) {
+        let o = Offered {
+            config: config.to_vec(),
+            modes: modes.map(|m| m.available_modes.clone()).unwrap_or_default(),
+        };
+        if let Ok(text) = serde_json::to_vec(&o)
+            && let Err(e) = crate::store::write_private(&self.offered_file(), &text)
+        {
+            tracing::warn!("cannot keep the agent's options: {e}");
+        }
+        if let Ok(mut slot) = self.offered.lock() {
+            *slot = o;
+        }
+    }
+
     /// Starts the agent for conversation `id` in `cwd`; the error is one sentence.
     pub fn spawn(&self, id: &str, cwd: &Path) -> Result<(Child, Pipes), String> {
         let program = self.spec.locate(std::env::var_os("PATH").as_deref())?;
@@ -138,6 +182,70 @@ fn seed(p: &crate::presets::Preset, state: &Path) {
     }
 }
 
+fn choices(o: &acp::SessionConfigOption) -> Option<(Vec<String>, Vec<String>)> {
+    let acp::SessionConfigKind::Select(s) = &o.kind else {
+        return None;
+    };
+    let items: Vec<&acp::SessionConfigSelectOption> = match &s.options {
+        acp::SessionConfigSelectOptions::Ungrouped(items) => items.iter().collect(),
+        acp::SessionConfigSelectOptions::Grouped(groups) => {
+            groups.iter().flat_map(|g| g.options.iter()).collect()
+        }
+        _ => Vec::new(),
+    };
+    Some((
+        items.iter().map(|i| i.value.0.to_string()).collect(),
+        items.iter().map(|i| i.name.clone()).collect(),
+    ))
+}
+
+/// The settings a session takes: `model` and `permissionMode` for the agent's model and mode
+/// options (its legacy modes when it has no mode option), `acp.<id>` for each other option.
+fn schema_properties(o: &Offered) -> serde_json::Value {
+    use serde_json::json;
+    let mut props = serde_json::Map::new();
+    let of = |cat: acp::SessionConfigOptionCategory| {
+        o.config.iter().find(|c| c.category.as_ref() == Some(&cat))
+    };
+    let select = |title: &str, values: Vec<String>, labels: Vec<String>| json!({"type": "string", "title": title, "enum": values, "enumLabels": labels});
+    props.insert(
+        "model".into(),
+        match of(acp::SessionConfigOptionCategory::Model).and_then(choices) {
+            Some((v, l)) => select("Model", v, l),
+            None => json!({"type": "string", "title": "Model", "description": "A model the agent offers"}),
+        },
+    );
+    let mode = match of(acp::SessionConfigOptionCategory::Mode).and_then(choices) {
+        Some((v, l)) => Some(select("Mode", v, l)),
+        None if !o.modes.is_empty() => Some(select(
+            "Mode",
+            o.modes.iter().map(|m| m.id.0.to_string()).collect(),
+            o.modes.iter().map(|m| m.name.clone()).collect(),
+        )),
+        None => None,
+    };
+    if let Some(mode) = mode {
+        props.insert("permissionMode".into(), mode);
+    }
+    for c in &o.config {
+        if matches!(
+            c.category,
+            Some(acp::SessionConfigOptionCategory::Model | acp::SessionConfigOptionCategory::Mode)
+        ) {
+            continue;
+        }
+        let prop = match (&c.kind, choices(c)) {
+            (_, Some((v, l))) => select(&c.name, v, l),
+            (acp::SessionConfigKind::Boolean(_), None) => {
+                json!({"type": "boolean", "title": c.name})
+            }
+            _ => continue,
+        };
+        props.insert(format!("acp.{}", c.id.0), prop);
+    }
+    serde_json::Value::Object(props)
+}
+
 /// An ACP agent record.
 pub struct AcpAgent {
     pub(crate) descriptor: AgentDescriptor,
@@ -182,11 +290,13 @@ impl Agent for AcpAgent {
     }
 
     fn config_schema(&self, _working_directory: Option<&Path>) -> SessionConfigSchema {
-        let properties = serde_json::from_value(serde_json::json!({
-            "model": {"type": "string", "title": "Model", "description": "A model id the agent offers in its model option"},
-            "permissionMode": {"type": "string", "title": "Mode", "description": "One of the agent's modes, by id"}
-        }))
-        .unwrap_or_default();
+        let offered = self
+            .launch
+            .offered
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default();
+        let properties = serde_json::from_value(schema_properties(&offered)).unwrap_or_default();
         SessionConfigSchema {
             r#type: "object".into(),
             properties,

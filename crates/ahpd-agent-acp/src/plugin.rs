@@ -165,15 +165,15 @@ impl Engine for AcpEngine {
                 Some(p) => format!("{} over the Agent Client Protocol", p.name),
                 None => format!("{} over the Agent Client Protocol", spec.command),
             });
-        Ok(Arc::new(AcpAgent {
-            descriptor,
-            launch: Arc::new(Launch {
-                spec,
-                store,
-                secrets,
-                served: self.served.clone(),
-                mcp: self.mcp.clone(),
-            }),
-        }))
+        let launch = Arc::new(Launch {
+            offered: Default::default(),
+            spec,
+            store,
+            secrets,
+            served: self.served.clone(),
+            mcp: self.mcp.clone(),
+        });
+        launch.load_offered();
+        Ok(Arc::new(AcpAgent { descriptor, launch }))
     }
 }

@@ -614,6 +614,8 @@ impl Worker {
         }
         self.conv.acp_session_id = Some(session_id.0.to_string());
         self.conv.loadable = caps.load_session;
+        self.launch
+            .remember(config.as_deref().unwrap_or_default(), modes.as_ref());
         self.agent = Some(Running {
             child,
             peer,
@@ -723,7 +725,7 @@ impl Worker {
             }
         }
         for (id, value) in wanted {
-            let Some(option) = agent.config.iter().find(|o| &*o.id.0 == id) else {
+            let Some(option) = agent.config.iter().find(|o| *o.id.0 == *id) else {
                 return Err(format!("the agent has no option {id}"));
             };
             let current = current_value(option);
@@ -778,6 +780,7 @@ impl Worker {
         match &n.update {
             acp::SessionUpdate::ConfigOptionUpdate(u) => {
                 agent.config = u.config_options.clone();
+                self.launch.remember(&agent.config, agent.modes.as_ref());
                 return;
             }
             acp::SessionUpdate::CurrentModeUpdate(u) => {
@@ -1168,5 +1171,96 @@ fn current_value(o: &acp::SessionConfigOption) -> Option<serde_json::Value> {
         }
         acp::SessionConfigKind::Boolean(b) => Some(serde_json::Value::from(b.current_value)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Vec<acp::PermissionOption> {
+        vec![
+            acp::PermissionOption::new("once", "Allow once", acp::PermissionOptionKind::AllowOnce),
+            acp::PermissionOption::new(
+                "session",
+                "Allow for this session",
+                acp::PermissionOptionKind::AllowAlways,
+            ),
+            acp::PermissionOption::new("no", "Reject", acp::PermissionOptionKind::RejectOnce),
+        ]
+    }
+
+    fn selected(o: acp::RequestPermissionOutcome) -> Option<String> {
+        match o {
+            acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_always_option_is_only_ever_the_persons_choice() {
+        let approved = |id: Option<&str>| ApprovalOutcome::Approved {
+            edited_input: None,
+            option_id: id.map(str::to_owned),
+            confirmed: ToolCallConfirmationReason::UserAction,
+        };
+        let o = options();
+        assert_eq!(
+            selected(outcome_for(&approved(Some("session")), &o)).as_deref(),
+            Some("session")
+        );
+        // A session rule, or an id the agent did not offer, is the one-time allow.
+        assert_eq!(
+            selected(outcome_for(&approved(None), &o)).as_deref(),
+            Some("once")
+        );
+        assert_eq!(
+            selected(outcome_for(&approved(Some("allow-session")), &o)).as_deref(),
+            Some("once")
+        );
+        assert_eq!(
+            selected(outcome_for(&ApprovalOutcome::Denied { reason: None }, &o)).as_deref(),
+            Some("no")
+        );
+        assert_eq!(selected(outcome_for(&ApprovalOutcome::Cancelled, &o)), None);
+        // With no one-time allow, a rule answers `cancelled` rather than "always".
+        let only_always = vec![o[1].clone()];
+        assert_eq!(selected(outcome_for(&approved(None), &only_always)), None);
+    }
+
+    #[test]
+    fn attachments_go_as_the_agent_takes_them_else_by_name() {
+        let mut m = Message {
+            text: "look".into(),
+            origin: MessageOrigin {
+                kind: MessageKind::User,
+            },
+            attachments: Some(vec![MessageAttachment::EmbeddedResource(
+                MessageEmbeddedResourceAttachment {
+                    label: "shot.png".into(),
+                    range: None,
+                    display_kind: None,
+                    meta: None,
+                    data: "aGk=".into(),
+                    content_type: "image/png".into(),
+                    selection: None,
+                },
+            )]),
+            model: None,
+            agent: None,
+            meta: None,
+        };
+        let none = acp::PromptCapabilities::new();
+        let blocks = prompt_blocks(&m, &none);
+        assert_eq!(blocks.len(), 2);
+        match &blocks[1] {
+            acp::ContentBlock::Text(t) => assert!(t.text.contains("shot.png (image/png)"), "{t:?}"),
+            other => panic!("{other:?}"),
+        }
+        let images = acp::PromptCapabilities::new().image(true);
+        let blocks = prompt_blocks(&m, &images);
+        assert!(matches!(&blocks[1], acp::ContentBlock::Image(i) if i.mime_type == "image/png"));
+        m.attachments = None;
+        assert_eq!(prompt_blocks(&m, &images).len(), 1);
     }
 }

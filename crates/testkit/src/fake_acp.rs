@@ -17,7 +17,9 @@
 //! - `malformed`: updates that do not parse, a line that is not JSON, then `still here`;
 //! - `plan`: a plan of two entries, then the text `planned`;
 //! - `usage`: a usage update, then `counted`;
-//! - `refuse`: stop with `refusal`.
+//! - `refuse`: stop with `refusal`;
+//! - `config`: says its options (`model=<fast|slow> verbose=<bool>`), which `session/new`
+//!   offers and `session/set_config_option` sets.
 
 use std::io::{BufRead, Write};
 
@@ -25,6 +27,8 @@ use agent_client_protocol::v1::schema as acp;
 use serde_json::{Value, json};
 
 struct Agent {
+    model: String,
+    verbose: bool,
     out: std::io::Stdout,
     lines: std::io::Lines<std::io::StdinLock<'static>>,
     sessions: u64,
@@ -268,6 +272,11 @@ impl Agent {
                 acp::StopReason::EndTurn
             }
             "refuse" => acp::StopReason::Refusal,
+            "config" => {
+                let said = format!("model={} verbose={}", self.model, self.verbose);
+                self.text(session, &said);
+                acp::StopReason::EndTurn
+            }
             "hang" => {
                 self.wait_cancel();
                 acp::StopReason::Cancelled
@@ -278,6 +287,22 @@ impl Agent {
             }
         };
         self.answer(id, acp::PromptResponse::new(stop));
+    }
+
+    fn options(&self) -> Vec<acp::SessionConfigOption> {
+        vec![
+            acp::SessionConfigOption::select(
+                "model",
+                "Model",
+                self.model.clone(),
+                vec![
+                    acp::SessionConfigSelectOption::new("fast", "Fast"),
+                    acp::SessionConfigSelectOption::new("slow", "Slow"),
+                ],
+            )
+            .category(acp::SessionConfigOptionCategory::Model),
+            acp::SessionConfigOption::boolean("verbose", "Verbose", self.verbose),
+        ]
     }
 
     fn take_id(&mut self) -> i64 {
@@ -294,6 +319,8 @@ pub fn run() {
         lines: stdin.lock().lines(),
         sessions: 0,
         next_id: 100,
+        model: "fast".into(),
+        verbose: false,
     };
     while let Some(msg) = agent.next() {
         let id = msg.get("id").cloned();
@@ -316,7 +343,27 @@ pub fn run() {
             "session/new" => {
                 agent.sessions += 1;
                 let sid = format!("fake-{}-{}", std::process::id(), agent.sessions);
-                agent.answer(&id, acp::NewSessionResponse::new(sid));
+                let options = agent.options();
+                agent.answer(
+                    &id,
+                    acp::NewSessionResponse::new(sid).config_options(options),
+                );
+            }
+            "session/set_config_option" => {
+                let config = params.get("configId").and_then(Value::as_str).unwrap_or("");
+                let value = params.get("value").cloned().unwrap_or(Value::Null);
+                match (config, &value) {
+                    ("model", Value::String(v)) if v == "fast" || v == "slow" => {
+                        agent.model = v.clone();
+                    }
+                    ("verbose", Value::Bool(b)) => agent.verbose = *b,
+                    _ => {
+                        agent.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": format!("{config} cannot be {value}")}}));
+                        continue;
+                    }
+                }
+                let options = agent.options();
+                agent.answer(&id, acp::SetSessionConfigOptionResponse::new(options));
             }
             "session/prompt" => {
                 let session = params

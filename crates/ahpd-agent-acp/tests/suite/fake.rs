@@ -271,3 +271,71 @@ async fn stored_sessions_list_and_read_back_after_a_restart() {
     assert!(w.last_text().contains("starts a new agent conversation"));
     w.assert_mirror(&th).await;
 }
+
+#[tokio::test]
+async fn the_agents_options_become_settings_and_a_model_it_cannot_set_fails_the_turn() {
+    let place = Place::new();
+    let acp_agent = agent(&place, "fake", fake_record());
+    let th = host(&place, vec![acp_agent.clone()]).await;
+    // The agent says what it offers once it runs.
+    let mut w = Watch::create(&th, "fake", &fresh_id("learn"), &place.work).await;
+    w.send("t1", "config").await;
+    w.end("t1").await;
+    assert_eq!(w.last_text(), "model=fast verbose=false");
+    let schema = acp_agent.config_schema(None);
+    let model = &schema.properties["model"];
+    assert_eq!(model.r#enum, Some(vec![json!("fast"), json!("slow")]));
+    assert_eq!(schema.properties["acp.verbose"].r#type, "boolean");
+
+    // A new session sets them before its first prompt.
+    let c = client(&th.url, "set").await;
+    let session = format!("fake:/{}", fresh_id("set"));
+    let _: serde_json::Value = c
+        .request(
+            "createSession",
+            json!({
+                "channel": session,
+                "workingDirectories": [ahpd_sdk::util::file_uri(&place.work)],
+                "config": {"model": "slow", "acp.verbose": true}
+            }),
+        )
+        .await
+        .expect("createSession");
+    let mut w = Watch::subscribe(c, &session).await;
+    w.send("t1", "config").await;
+    w.end("t1").await;
+    assert_eq!(w.last_text(), "model=slow verbose=true");
+
+    // A turn that names a model the agent refuses fails rather than running on another.
+    let mut m = message("config");
+    m.model = Some(ahp_types::state::ModelSelection {
+        id: "warp".into(),
+        config: None,
+    });
+    w.client
+        .dispatch(
+            w.chat.clone(),
+            StateAction::ChatTurnStarted(ahp_types::actions::ChatTurnStartedAction {
+                turn_id: "t2".into(),
+                started_at: ahpd_sdk::util::now_iso(),
+                message: m,
+                queued_message_id: None,
+                meta: None,
+            }),
+        )
+        .await
+        .expect("dispatch");
+    match w.end("t2").await {
+        StateAction::ChatError(e) => {
+            assert!(
+                e.part
+                    .error
+                    .message
+                    .contains("could not set model to \"warp\""),
+                "{e:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    w.assert_mirror(&th).await;
+}
