@@ -80,6 +80,7 @@ impl AcpSession {
         let backend_id = conversation.id.clone();
         let (inbound_tx, inbound_rx) = mpsc::unbounded_channel();
         let (answer_tx, answer_rx) = mpsc::unbounded_channel();
+        let (saver, saver_task) = writer(launch.clone());
         let worker = Worker {
             launch,
             ctx,
@@ -96,6 +97,8 @@ impl AcpSession {
             next_ask: 0,
             chat: blank_chat(),
             told_new: false,
+            saver: Some(saver),
+            saver_task: Some(saver_task),
         };
         let handle = tokio::spawn(worker.run(rx, inbound_rx, answer_rx));
         Self {
@@ -197,6 +200,28 @@ struct Worker {
     chat: ChatState,
     /// The chat has been told this is a new agent conversation.
     told_new: bool,
+    saver: Option<mpsc::UnboundedSender<Conversation>>,
+    saver_task: Option<JoinHandle<()>>,
+}
+
+/// Writes each conversation handed to it, the newest of a burst only, off the worker's task.
+fn writer(launch: Arc<Launch>) -> (mpsc::UnboundedSender<Conversation>, JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Conversation>();
+    let task = tokio::spawn(async move {
+        while let Some(mut c) = rx.recv().await {
+            while let Ok(newer) = rx.try_recv() {
+                c = newer;
+            }
+            let launch = launch.clone();
+            let written = tokio::task::spawn_blocking(move || launch.store.write(&c)).await;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("cannot store an ACP conversation: {e}"),
+                Err(e) => tracing::error!("cannot store an ACP conversation: {e}"),
+            }
+        }
+    });
+    (tx, task)
 }
 
 fn blank_chat() -> ChatState {
@@ -370,6 +395,7 @@ impl Worker {
                     None => break,
                     Some(Cmd::Close(reply)) => {
                         self.shutdown();
+                        self.flush().await;
                         let _ = reply.send(());
                         return;
                     }
@@ -378,11 +404,16 @@ impl Worker {
                 Some(ev) = inbound.recv() => self.inbound(ev).await,
                 Some((key, outcome)) = answers.recv() => self.answered(key, outcome),
             }
-            while self.turn.is_none() && !self.queue.is_empty() {
+            while self.saver.is_some() && self.turn.is_none() && !self.queue.is_empty() {
                 self.next_turn(&mut inbound, &mut cmds).await;
+            }
+            if self.saver.is_none() {
+                // Closed while a turn was starting.
+                return;
             }
         }
         self.shutdown();
+        self.flush().await;
     }
 
     async fn command(
@@ -401,6 +432,7 @@ impl Worker {
             }
             Cmd::Close(reply) => {
                 self.shutdown();
+                self.flush().await;
                 let _ = reply.send(());
             }
         }
@@ -490,6 +522,7 @@ impl Worker {
                 match cmd {
                     Cmd::Close(reply) => {
                         self.shutdown();
+                        self.flush().await;
                         let _ = reply.send(());
                         self.turn = None;
                         return;
@@ -1127,10 +1160,19 @@ impl Worker {
         self.save();
     }
 
+    /// Hands the conversation to the writer; the worker never waits on the disk.
     fn save(&mut self) {
         self.conv.modified_at = sdk_util::now_iso();
-        if let Err(e) = self.launch.store.write(&self.conv) {
-            tracing::error!(session = %self.conv.id, "cannot store the ACP conversation: {e}");
+        if let Some(tx) = &self.saver {
+            let _ = tx.send(self.conv.clone());
+        }
+    }
+
+    /// Closes the writer and waits until what it was handed is on disk.
+    async fn flush(&mut self) {
+        self.saver = None;
+        if let Some(task) = self.saver_task.take() {
+            let _ = task.await;
         }
     }
 }
