@@ -59,6 +59,10 @@ pub enum RecordError {
     /// The record was accepted but its agent could not be built (a store that does not open).
     #[error("{0}")]
     Build(String),
+    /// The record is right but what it runs is not there (a program that is not installed);
+    /// the message says how to get it. The record is listed as unavailable.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// A plugin compiled into the daemon.
@@ -107,6 +111,11 @@ pub trait Registrar: Send {
     /// The daemon's id (16 hex characters), kept beside its configuration.
     fn host_id(&self) -> Option<String> {
         None
+    }
+    /// The folders the daemon serves, for a plugin whose agents may run only inside them.
+    /// None by default.
+    fn served_paths(&self) -> Vec<PathBuf> {
+        Vec::new()
     }
 }
 

@@ -294,6 +294,10 @@ fn build(store: &RecordStore, engines: &[EngineSlot], entry: &mut Entry) -> Opti
             ));
             None
         }
+        Ok(Err(ahpd_sdk::plugin::RecordError::Unavailable(reason))) => {
+            entry.status = Status::Unavailable(reason);
+            None
+        }
         Ok(Err(reason)) => {
             entry.status = Status::Invalid(reason.to_string());
             None

@@ -189,6 +189,10 @@ impl Registrar for Collected {
     fn host_id(&self) -> Option<String> {
         self.context.host_id.clone()
     }
+
+    fn served_paths(&self) -> Vec<std::path::PathBuf> {
+        self.context.paths.clone()
+    }
 }
 
 /// Applies every enabled plugin that resolves; a failing one is reported and skipped.
@@ -460,7 +464,8 @@ pub(crate) async fn build_host(
         );
     }
     let mcp = crate::mcp::hub(settings, vault);
-    let context = crate::machines::Context::for_run(loc, vault, run.stdio);
+    let mut context = crate::machines::Context::for_run(loc, vault, run.stdio);
+    context.paths = settings.paths.value.clone();
     let mut extras = crate::machines::Extras::default();
     let guard = HostGuard::new();
     guard.set_secrets(host_secrets(settings, vault));

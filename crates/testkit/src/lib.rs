@@ -27,6 +27,7 @@
 pub mod chunk;
 pub mod dialect;
 mod endpoint;
+pub mod fake_acp;
 mod fake_engine;
 pub mod images;
 pub mod mcp_server;

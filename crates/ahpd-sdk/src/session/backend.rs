@@ -125,8 +125,9 @@ impl Actor {
             BackendMsg::Approval {
                 chat,
                 request,
+                options,
                 reply,
-            } => self.ask_approval(&chat, request, reply),
+            } => self.ask_approval(&chat, request, options, reply),
             BackendMsg::Input {
                 chat,
                 turn_id,
@@ -267,6 +268,7 @@ impl Actor {
         &mut self,
         chat: &Arc<str>,
         req: ApprovalRequest,
+        custom: Option<Vec<ConfirmationOption>>,
         reply: tokio::sync::oneshot::Sender<ApprovalOutcome>,
     ) {
         self.flush_chat(chat);
@@ -345,12 +347,17 @@ impl Actor {
             });
             return;
         }
-        // "For this session" allows what the call's scope covers, and the question says so.
-        let scope = crate::session::scopes::scope_of(&tool_name, &display_name, input, base.as_deref());
-        let mut options = crate::agent::approval_options(&display_name);
-        if let Some(o) = options.iter_mut().find(|o| o.id == "allow-session") {
-            o.label = scope.label.clone();
-        }
+        // "For this session" allows what the call's scope covers, and the question says so; a
+        // backend's own choices (an ACP agent's options) are offered as they are.
+        let scope =
+            crate::session::scopes::scope_of(&tool_name, &display_name, input, base.as_deref());
+        let options = custom.unwrap_or_else(|| {
+            let mut options = crate::agent::approval_options(&display_name);
+            if let Some(o) = options.iter_mut().find(|o| o.id == "allow-session") {
+                o.label = scope.label.clone();
+            }
+            options
+        });
         self.apply_chat(chat, &ready(None, Some(options)), None);
         let pending_state = self
             .chats

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use ahp_types::actions::StateAction;
 use ahp_types::common::{JsonObject, StringOrMarkdown};
-use ahp_types::state::{ChatInputRequest, ChatInputResponseKind, ToolCallResult, ToolDefinition};
+use ahp_types::state::{
+    ChatInputRequest, ChatInputResponseKind, ConfirmationOption, ToolCallResult, ToolDefinition,
+};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -26,6 +28,8 @@ pub(crate) enum BackendMsg {
     Approval {
         chat: Arc<str>,
         request: ApprovalRequest,
+        /// The backend's own choices, offered instead of the host's.
+        options: Option<Vec<ConfirmationOption>>,
         reply: oneshot::Sender<ApprovalOutcome>,
     },
     Input {
@@ -121,6 +125,26 @@ impl SessionContext {
 
     /// Ask a person to approve a tool call; resolves when someone answers or the turn ends.
     pub async fn ask_approval(&self, request: ApprovalRequest) -> ApprovalOutcome {
+        self.ask(request, None).await
+    }
+
+    /// Ask a person to approve a tool call offering the backend's own choices (an ACP agent's
+    /// permission options) instead of the host's. The answer names the chosen option's id in
+    /// [`ApprovalOutcome::Approved`]; a denial carries no id, so the backend picks its own
+    /// refusal. A session rule that allows the tool answers with no option id.
+    pub async fn ask_approval_with_options(
+        &self,
+        request: ApprovalRequest,
+        options: Vec<ConfirmationOption>,
+    ) -> ApprovalOutcome {
+        self.ask(request, Some(options)).await
+    }
+
+    async fn ask(
+        &self,
+        request: ApprovalRequest,
+        options: Option<Vec<ConfirmationOption>>,
+    ) -> ApprovalOutcome {
         let (reply, rx) = oneshot::channel();
         if self.is_closed()
             || self
@@ -129,6 +153,7 @@ impl SessionContext {
                 .send(BackendMsg::Approval {
                     chat: self.inner.chat_uri.clone(),
                     request,
+                    options,
                     reply,
                 })
                 .is_err()

@@ -80,6 +80,10 @@ pub fn builtin() -> Vec<BuiltIn> {
             Arc::new(cofold_plugin()),
             &[Provides::Engine(ahpd_agent_cofold::ENGINE)],
         ),
+        BuiltIn::new(
+            Arc::new(ahpd_agent_acp::plugin()),
+            &[Provides::Engine(ahpd_agent_acp::ENGINE)],
+        ),
         BuiltIn::new(Arc::new(ahpd_computer::plugin()), &[]),
     ];
     #[cfg(feature = "test-plugins")]

@@ -1,0 +1,6 @@
+//! The suites.
+
+mod fake;
+mod fast_agent;
+mod support;
+mod vibe;
