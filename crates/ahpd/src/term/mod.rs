@@ -9,7 +9,7 @@
 mod approve;
 mod chat;
 mod connect;
-mod conversation;
+pub mod conversation;
 mod render;
 mod run;
 mod sessions;

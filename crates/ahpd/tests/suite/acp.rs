@@ -1,0 +1,278 @@
+//! `ahpd acp` against real ACP clients from PyPI, installed by `.ci/run` into virtual
+//! environments under `target/`: `acpc` 0.1.0 (with the Python SDK 0.8.1 it needs), a driver on
+//! the Python SDK 0.12.1 (`tests/acp/driver.py`) and `acplint` 0.1.0. The model is the scripted
+//! endpoint. A peer that is missing fails the test, unless `AHPD_OFFLINE=1` says the registry
+//! could not be reached.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use testkit::{Endpoint, Frame, Reply, chunk};
+
+use super::support::*;
+
+/// A virtual environment's program, or `None` (after saying so) when the test may skip.
+fn peer(venv: &str, program: &str) -> Option<PathBuf> {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let path = target.join(venv).join("bin").join(program);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("AHPD_OFFLINE").as_deref() == Ok("1") {
+        eprintln!("skipped: {} is not installed and AHPD_OFFLINE=1", path.display());
+        return None;
+    }
+    panic!(
+        "{} is not installed: .ci/run installs it (the ACP peers block); set AHPD_OFFLINE=1 only when PyPI cannot be reached",
+        path.display()
+    );
+}
+
+/// The cofold engine on the endpoint, with a catalogue of two models, and a port nothing
+/// listens on, so only a daemon the test starts can answer.
+fn configure(env: &Env, ep: &Endpoint) {
+    let config = json!({
+        "port": 1,
+        "plugins": [{
+            "name": "@ahpd/agent-cofold",
+            "options": { "baseUrl": ep.base_url(), "model": "m" }
+        }]
+    });
+    env.write_base(&config.to_string());
+}
+
+fn endpoint(replies: Vec<Reply>) -> Endpoint {
+    Endpoint::builder()
+        .models(["m", "m2"])
+        .replies(replies)
+        .start()
+        .unwrap()
+}
+
+/// A work folder holding `a.txt`.
+fn work(env: &Env) -> PathBuf {
+    let dir = env.root.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.txt"), "hello\n").unwrap();
+    dir.canonicalize().unwrap()
+}
+
+/// A streamed reply calling one tool.
+fn call(id: &str, name: &str, input: Value) -> Reply {
+    Reply::stream(vec![
+        Frame::Chunk(chunk::role()),
+        Frame::Chunk(chunk::tool_call(0, Some(id), Some(name), &input.to_string())),
+        Frame::Chunk(chunk::finish("tool_calls")),
+        Frame::Chunk(chunk::usage(10, 5)),
+    ])
+}
+
+/// A program run in the test's home, with only its environment.
+fn peer_cmd(env: &Env, program: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env_clear()
+        .env("HOME", env.home())
+        .env("XDG_CONFIG_HOME", env.root.path().join("xdg"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    c
+}
+
+fn driver(env: &Env, python: &Path, scenario: &str, work: &Path, extra: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/acp/driver.py");
+    let out = peer_cmd(env, python, work)
+        .arg(script)
+        .arg(scenario)
+        .arg(BIN)
+        .arg(work)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the driver's {scenario} failed:\n{}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    serde_json::from_str(text(&out.stdout).lines().last().unwrap_or("")).unwrap()
+}
+
+/// A detached daemon (`ahpd start`), stopped when dropped.
+struct Detached<'a>(&'a Env);
+
+impl<'a> Detached<'a> {
+    fn start(env: &'a Env) -> Detached<'a> {
+        let out = env.run(&["start", "--port", "0"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        Detached(env)
+    }
+}
+
+impl Drop for Detached<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["stop"]);
+    }
+}
+
+fn sessions_json(env: &Env) -> Value {
+    let out = env.run(&["sessions", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn acp_a_permission_allowed_once_then_one_rejected() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(vec![
+        call(
+            "c1",
+            "edit_file",
+            json!({ "path": "a.txt", "old": "hello", "new": "goodbye" }),
+        ),
+        call(
+            "c2",
+            "write_file",
+            json!({ "path": "b.txt", "content": "new\n" }),
+        ),
+        Reply::text_stream("one edit made, one refused"),
+    ]);
+    configure(&env, &ep);
+    driver(&env, &python, "permissions", &work, &[]);
+    assert_eq!(std::fs::read_to_string(work.join("a.txt")).unwrap(), "goodbye\n");
+    assert!(!work.join("b.txt").exists(), "the rejected write ran");
+    // The model read the rejection.
+    let bodies = ep.chat_bodies();
+    assert!(
+        bodies[2]["messages"].to_string().contains("rejected"),
+        "{}",
+        bodies[2]["messages"]
+    );
+}
+
+#[test]
+fn acp_cancel_during_an_approval_answers_cancelled() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(vec![call(
+        "c1",
+        "shell_exec",
+        json!({ "command": "echo ran > ran.txt" }),
+    )]);
+    configure(&env, &ep);
+    driver(&env, &python, "cancel", &work, &[]);
+    assert!(!work.join("ran.txt").exists(), "the cancelled command ran");
+}
+
+#[test]
+fn acp_load_replays_a_stored_session_listed_by_its_folder() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(vec![
+        Reply::text_stream("hello there"),
+        Reply::text_stream("and again"),
+    ]);
+    configure(&env, &ep);
+    // Two processes, each with its own host in process: the store carries the conversation.
+    let first = driver(&env, &python, "first_turn", &work, &[]);
+    let session = first["session"].as_str().unwrap();
+    let loaded = driver(&env, &python, "load", &work, &[session]);
+    assert_eq!(loaded["session"], session);
+    // The second turn went to the model with the first one before it.
+    let bodies = ep.chat_bodies();
+    let messages = bodies[1]["messages"].to_string();
+    assert!(messages.contains("hello there"), "{messages}");
+    let listed = sessions_json(&env);
+    assert!(
+        listed.to_string().contains(session),
+        "{session} not in {listed}"
+    );
+}
+
+#[test]
+fn acp_config_options_change_the_mode_and_the_model() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(vec![Reply::text_stream("hi back")]);
+    configure(&env, &ep);
+    let out = driver(&env, &python, "config", &work, &[]);
+    let model = out["model"].as_str().unwrap();
+    // The turn ran on the model the editor chose.
+    let bodies = ep.chat_bodies();
+    assert_eq!(bodies.len(), 1);
+    assert!(
+        model.ends_with(bodies[0]["model"].as_str().unwrap()),
+        "chose {model}, the request named {}",
+        bodies[0]["model"]
+    );
+}
+
+fn acpc_agent(env: &Env) {
+    let dir = env.root.path().join("xdg/acpc/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("ahpd.toml"),
+        format!(
+            "identity = \"ahpd\"\nname = \"ahpd\"\nauthor = \"test\"\nrun_command = \"{BIN} acp\"\ninstall_command = \"true\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn acpc(env: &Env, acpc: &Path, work: &Path, args: &[&str]) -> Output {
+    peer_cmd(env, acpc, work)
+        .args(["prompt", "ahpd"])
+        .args(args)
+        .args(["--json", "--permissions", "all"])
+        .output()
+        .unwrap()
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn acpc_prompts_a_daemon_session_and_continues_it() {
+    let Some(acpc_bin) = peer("acpc-venv", "acpc") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(vec![
+        Reply::text_stream("first answer"),
+        Reply::text_stream("second answer"),
+    ]);
+    configure(&env, &ep);
+    acpc_agent(&env);
+    let _daemon = Detached::start(&env);
+    let out = acpc(&env, &acpc_bin, &work, &["say something"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let first = events(&out);
+    let chunks = first.iter().filter(|e| e.to_string().contains("agent_message_chunk")).count();
+    assert!(chunks > 0, "{first:?}");
+    let last = first.last().unwrap().to_string();
+    assert!(last.contains("end_turn"), "{last}");
+    let session = first
+        .iter()
+        .find_map(|e| (e["acpc"] == "session_started").then(|| e["session_id"].as_str()).flatten())
+        .unwrap()
+        .to_owned();
+    let out = acpc(&env, &acpc_bin, &work, &["-s", &session, "and more"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let second = events(&out);
+    assert!(second.last().unwrap().to_string().contains("end_turn"));
+    assert!(text(&out.stdout).contains("second answer"), "{}", text(&out.stdout));
+    // One conversation: the second turn was sent with the first, and the daemon lists it.
+    let bodies = ep.chat_bodies();
+    assert!(bodies[1]["messages"].to_string().contains("first answer"));
+    let listed = sessions_json(&env);
+    assert!(listed.to_string().contains(&session), "{session} not in {listed}");
+}
