@@ -91,6 +91,7 @@ pub fn acp(loc: &Locations, opts: &AcpOpts) -> Result<i32, CommandError> {
         let bridge = Arc::new(server::Bridge::new(link.clone(), opts.agent.clone(), cwd));
         let served = server::serve(bridge.clone()).await;
         warming.abort();
+        let _ = warming.await;
         bridge.close_all().await;
         drop(bridge);
         close(link).await;

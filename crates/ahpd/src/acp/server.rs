@@ -131,20 +131,38 @@ impl Bridge {
         }
     }
 
-    fn models(conn: &Conn, provider: &str) -> Vec<SessionModelInfo> {
-        conn.root
-            .agents
-            .iter()
+    /// The agent's model catalogue as the root shows it now: an agent probes its endpoints
+    /// after the host starts, so the root the connection began with may not list them yet.
+    async fn models(conn: &Conn, provider: &str) -> Vec<SessionModelInfo> {
+        let fresh: Option<ahp_types::commands::SubscribeResult> = conn
+            .client
+            .request(
+                "subscribe",
+                json!({ "channel": ahp_types::ROOT_RESOURCE_URI }),
+            )
+            .await
+            .ok();
+        let agents = match fresh.and_then(|r| r.snapshot).map(|s| s.state) {
+            Some(ahp_types::state::SnapshotState::Root(root)) => root.agents,
+            _ => conn.root.agents.clone(),
+        };
+        agents
+            .into_iter()
             .find(|a| a.provider == provider)
-            .map(|a| a.models.clone())
+            .map(|a| a.models)
             .unwrap_or_default()
     }
 
-    fn context(&self, conn: &Arc<Conn>, provider: &str, cx: &ConnectionTo<Client>) -> Context {
+    fn context(
+        &self,
+        conn: &Arc<Conn>,
+        models: Vec<SessionModelInfo>,
+        cx: &ConnectionTo<Client>,
+    ) -> Context {
         Context {
             conn: conn.clone(),
             cx: cx.clone(),
-            models: Self::models(conn, provider),
+            models,
             elicitation: self.elicitation.load(Ordering::SeqCst),
         }
     }
@@ -210,11 +228,12 @@ impl Bridge {
         let conv = Conversation::open(&conn, &uri)
             .await
             .map_err(|e| failed(e.to_string()))?;
-        let found = settings::settings(&conv.session_state, &Self::models(&conn, &provider));
+        let models = Self::models(&conn, &provider).await;
+        let found = settings::settings(&conv.session_state, &models);
         let response = NewSessionResponse::new(uri.clone())
             .config_options(Some(settings::options(&found)))
             .modes(settings::modes(&found));
-        let ctx = self.context(&conn, &provider, cx);
+        let ctx = self.context(&conn, models, cx);
         self.keep(uri, session::start(ctx, conv, req.cwd));
         Ok(response)
     }
@@ -235,12 +254,16 @@ impl Bridge {
         how: Opening,
         cx: &ConnectionTo<Client>,
     ) -> Result<Vec<settings::Setting>, Error> {
+        let open = self.sessions().get(id).map(|h| h.tx.clone());
         if how == Opening::Resume
-            && let Some(h) = self.sessions().get(id)
+            && let Some(tx) = open
         {
-            let (tx, rx) = oneshot::channel();
-            if h.tx.send(Cmd::Settings(tx)).is_ok() {
-                return rx.await.map_err(|_| failed("the session ended"));
+            // Already followed here: nothing to reopen.
+            let (reply, rx) = oneshot::channel();
+            if tx.send(Cmd::Settings(reply)).is_ok()
+                && let Ok(found) = rx.await
+            {
+                return Ok(found);
             }
         }
         let conn = self.conn().await?;
@@ -266,8 +289,9 @@ impl Bridge {
             }
             Self::replay(&conv, id, &dir, cx);
         }
-        let found = settings::settings(&conv.session_state, &Self::models(&conn, &provider));
-        let ctx = self.context(&conn, &provider, cx);
+        let models = Self::models(&conn, &provider).await;
+        let found = settings::settings(&conv.session_state, &models);
+        let ctx = self.context(&conn, models, cx);
         // A session already open here is followed by the new task alone.
         if let Some(old) = self.sessions().remove(id) {
             old.task.abort();

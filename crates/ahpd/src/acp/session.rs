@@ -16,15 +16,17 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, RequestCancellationHandle};
 use ahp_types::actions::{
-    ActionEnvelope, ChatInputCompletedAction, ChatTurnStartedAction, SessionConfigChangedAction,
-    StateAction,
+    ActionEnvelope, ChatInputCompletedAction, ChatToolCallConfirmedAction, ChatTurnStartedAction,
+    SessionConfigChangedAction, StateAction,
 };
-use ahp_types::common::JsonObject;
+use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputBooleanAnswerValue,
     ChatInputNumberAnswerValue, ChatInputRequest, ChatInputResponseKind,
     ChatInputSelectedAnswerValue, ChatInputSelectedManyAnswerValue, ChatInputTextAnswerValue,
-    ResponsePart, SessionInputRequest, SessionModelInfo, ToolCallConfirmationState,
+    ConfirmationOption, ConfirmationOptionKind,
+    ResponsePart, SessionInputRequest, SessionModelInfo, ToolCallCancellationReason,
+    ToolCallConfirmationState,
 };
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -33,7 +35,7 @@ use tokio::task::JoinHandle;
 use super::settings::{self, Setting};
 use super::updates::{self, Shown};
 use crate::term::Conn;
-use crate::term::conversation::{Answer, Conversation};
+use crate::term::conversation::Conversation;
 
 /// What the model reads when a question reaches an editor that cannot show one.
 pub(crate) const NO_ONE_TO_ASK: &str = "No one could be asked: the editor this session runs in cannot show questions. Decide without the answer and say what you assumed.";
@@ -41,6 +43,19 @@ pub(crate) const NO_ONE_TO_ASK: &str = "No one could be asked: the editor this s
 const REJECTED: &str = "The person rejected this action.";
 /// What the model reads when the editor dismissed a permission request without choosing.
 const DISMISSED: &str = "The person dismissed the request without allowing it.";
+
+/// What the editor chose for a tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// This call.
+    Once,
+    /// This tool, for the rest of the session (the host keeps the rule).
+    Session,
+    /// Not this call; the sentence is what the model reads.
+    Reject(String),
+    /// Another approving option the host offered, by its id.
+    Other(String),
+}
 
 /// A request to a session's task.
 pub(crate) enum Cmd {
@@ -62,7 +77,7 @@ pub(crate) enum Cmd {
         entry: String,
         turn: String,
         call: String,
-        answer: Option<Answer>,
+        answer: Option<Choice>,
     },
     /// The editor's answer to a question.
     Question {
@@ -275,11 +290,9 @@ impl Session {
                     // Dismissed while the prompt runs on: the call is not allowed. Dismissed
                     // because the prompt was cancelled: the cancel settles it.
                     None if self.ours.as_ref().is_some_and(|r| r.cancelled) => return,
-                    None => Answer::Deny(DISMISSED.into()),
+                    None => Choice::Reject(DISMISSED.into()),
                 };
-                if let Err(e) = self.conv.confirm(&self.ctx.conn, &turn, &call, &answer).await {
-                    tracing::warn!("cannot answer the approval: {e}");
-                }
+                self.confirm(turn, call, answer).await;
             }
             Cmd::Question {
                 entry,
@@ -410,6 +423,9 @@ impl Session {
                 self.notify(u);
             }
         }
+        if let StateAction::ChatUsage(u) = &env.action {
+            self.usage(&u.usage);
+        }
         if let Some(turn) = &self.conv.chat_state.active_turn {
             let id = turn.id.clone();
             let parts = turn.response_parts.clone();
@@ -418,12 +434,16 @@ impl Session {
         let Some(turn_id) = ended(&env.action).map(str::to_owned) else {
             return;
         };
-        if let Some(turn) = self.conv.chat_state.turns.iter().rev().find(|t| t.id == turn_id) {
-            let parts = turn.response_parts.clone();
+        let parts = self
+            .conv
+            .chat_state
+            .turns
+            .iter()
+            .rev()
+            .find(|t| t.id == turn_id)
+            .map(|t| t.response_parts.clone());
+        if let Some(parts) = parts {
             self.show(&turn_id, &parts);
-            if let Some(usage) = &turn.usage {
-                self.usage(usage);
-            }
         }
         self.shown.remove(&turn_id);
         if self.ours.as_ref().is_some_and(|r| r.turn == turn_id)
@@ -474,7 +494,10 @@ impl Session {
             .models
             .iter()
             .find(|m| Some(&m.id) == model.as_ref() || Some(&m.name) == model.as_ref())
-            .or_else(|| (self.ctx.models.len() == 1).then(|| &self.ctx.models[0]))
+            .or_else(|| match self.ctx.models.as_slice() {
+                [only] => Some(only),
+                _ => None,
+            })
             .and_then(|m| m.max_context_window);
         // ACP reports the share of the context window in use, which needs the window's size.
         if let (Ok(used), Some(Ok(size))) = (u64::try_from(used), size.map(u64::try_from)) {
@@ -490,9 +513,10 @@ impl Session {
             StateAction::SessionInputNeededSet(set) => match &set.request {
                 SessionInputRequest::ToolConfirmation(req) if req.chat == self.conv.chat => {
                     if let ToolCallConfirmationState::PendingConfirmation(tc) = &req.tool_call {
+                        let offered = tc.options.clone().unwrap_or_default();
                         let tc = ahp_types::state::ToolCallState::PendingConfirmation(tc.clone());
                         if let Some(view) = updates::view(&tc) {
-                            self.ask_permission(req.id.clone(), req.turn_id.clone(), view);
+                            self.ask_permission(req.id.clone(), req.turn_id.clone(), view, offered);
                         }
                     }
                 }
@@ -534,23 +558,25 @@ impl Session {
         }
     }
 
-    fn ask_permission(&mut self, entry: String, turn: String, view: updates::CallView) {
+    fn ask_permission(
+        &mut self,
+        entry: String,
+        turn: String,
+        view: updates::CallView,
+        offered: Vec<ConfirmationOption>,
+    ) {
         let fields = updates::permission_fields(&view, &self.dir);
-        let tool = view.name.clone();
-        let options = vec![
-            PermissionOption::new("allow-once", "Allow once", PermissionOptionKind::AllowOnce),
-            PermissionOption::new(
-                "allow-session",
-                format!("Allow {tool} for this session"),
-                PermissionOptionKind::AllowAlways,
-            ),
-            PermissionOption::new("deny", "Reject", PermissionOptionKind::RejectOnce),
-        ];
+        let options = permission_options(&view.name, &offered);
         let request = RequestPermissionRequest::new(
             self.id.clone(),
             ToolCallUpdate::new(view.id.clone(), fields),
             options,
         );
+        let approving: Vec<String> = offered
+            .iter()
+            .filter(|o| o.kind != ConfirmationOptionKind::Deny)
+            .map(|o| o.id.clone())
+            .collect();
         let sent = self.ctx.cx.send_request(request);
         let cancel = sent.cancellation_handle();
         let tx = self.tx.clone();
@@ -560,9 +586,12 @@ impl Session {
             let answer = match sent.block_task().await {
                 Ok(resp) => match resp.outcome {
                     RequestPermissionOutcome::Selected(s) => Some(match &*s.option_id.0 {
-                        "allow-once" => Answer::Once,
-                        "allow-session" => Answer::Session,
-                        _ => Answer::Deny(REJECTED.into()),
+                        "allow-once" => Choice::Once,
+                        "allow-session" => Choice::Session,
+                        other if approving.iter().any(|id| id == other) => {
+                            Choice::Other(other.to_owned())
+                        }
+                        _ => Choice::Reject(REJECTED.into()),
                     }),
                     _ => None,
                 },
@@ -644,6 +673,43 @@ impl Session {
         self.asking.insert(entry, Asking { cancel, task });
     }
 
+    /// Answers the host's approval of `call` with the option of the same id the host offers
+    /// (`allow-session` is what makes it keep the session's rule).
+    async fn confirm(&mut self, turn: String, call: String, choice: Choice) {
+        let (approved, option, reason, sentence) = match choice {
+            Choice::Once => (true, "allow-once".to_owned(), None, None),
+            Choice::Session => (true, "allow-session".to_owned(), None, None),
+            Choice::Other(id) => (true, id, None, None),
+            Choice::Reject(why) => (
+                false,
+                "deny".to_owned(),
+                Some(ToolCallCancellationReason::Denied),
+                Some(StringOrMarkdown::Plain(why)),
+            ),
+        };
+        let action = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
+            turn_id: turn,
+            tool_call_id: call,
+            meta: None,
+            approved,
+            confirmed: None,
+            reason,
+            edited_tool_input: None,
+            user_suggestion: None,
+            reason_message: sentence,
+            selected_option_id: Some(option),
+        });
+        if let Err(e) = self
+            .ctx
+            .conn
+            .client
+            .dispatch(self.conv.chat.clone(), action)
+            .await
+        {
+            tracing::warn!("cannot answer the approval: {e}");
+        }
+    }
+
     async fn answer_question(
         &mut self,
         request: String,
@@ -665,6 +731,33 @@ impl Session {
             tracing::warn!("cannot answer the question: {e}");
         }
     }
+}
+
+/// The host's choices for an approval as ACP permission options, under the host's ids and
+/// labels; the host's usual three when it named none.
+fn permission_options(tool: &str, offered: &[ConfirmationOption]) -> Vec<PermissionOption> {
+    if offered.is_empty() {
+        return vec![
+            PermissionOption::new("allow-once", "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new(
+                "allow-session",
+                format!("Allow {tool} for this session"),
+                PermissionOptionKind::AllowAlways,
+            ),
+            PermissionOption::new("deny", "Reject", PermissionOptionKind::RejectOnce),
+        ];
+    }
+    offered
+        .iter()
+        .map(|o| {
+            let kind = match (&o.kind, o.id.as_str()) {
+                (ConfirmationOptionKind::Deny, _) => PermissionOptionKind::RejectOnce,
+                (_, "allow-session") => PermissionOptionKind::AllowAlways,
+                _ => PermissionOptionKind::AllowOnce,
+            };
+            PermissionOption::new(o.id.clone(), o.label.clone(), kind)
+        })
+        .collect()
 }
 
 /// The form an editor shows for the host's questions.
