@@ -102,9 +102,17 @@ struct Asking {
     task: JoinHandle<()>,
 }
 
+impl Asking {
+    /// Asks the editor to drop the request: it was settled elsewhere.
+    fn withdraw(self) {
+        let _ = self.cancel.cancel();
+    }
+}
+
 impl Drop for Asking {
     fn drop(&mut self) {
-        let _ = self.cancel.cancel();
+        // After `session/cancel` the editor answers its open requests itself; whatever it
+        // answers is not needed any more.
         self.task.abort();
     }
 }
@@ -527,7 +535,9 @@ impl Session {
             },
             StateAction::SessionInputNeededRemoved(r) => {
                 // Answered by another client, or settled by the turn's end.
-                self.asking.remove(&r.id);
+                if let Some(a) = self.asking.remove(&r.id) {
+                    a.withdraw();
+                }
             }
             StateAction::SessionConfigChanged(_) => {
                 let now = settings::settings(&self.conv.session_state, &self.ctx.models);

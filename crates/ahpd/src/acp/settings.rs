@@ -99,9 +99,16 @@ pub(crate) fn settings(session: &SessionState, models: &[SessionModelInfo]) -> V
                     None => continue,
                 },
             };
-            if !list.iter().any(|(v, _, _)| *v == now) {
-                list.insert(0, (now.clone(), now.clone(), None));
-            }
+            // A record names its model without the catalogue's `<agent>/` prefix.
+            let now = match list.iter().find(|(v, _, _)| {
+                *v == now || v.strip_prefix(session.provider.as_str()).and_then(|r| r.strip_prefix('/')) == Some(now.as_str())
+            }) {
+                Some((v, _, _)) => v.clone(),
+                None => {
+                    list.insert(0, (now.clone(), now.clone(), None));
+                    now
+                }
+            };
             Kind::Select(list, now)
         } else if p.r#type == "boolean" {
             Kind::Boolean(current.and_then(Value::as_bool).unwrap_or(false))

@@ -109,12 +109,16 @@ pub(crate) fn view(tc: &ToolCallState) -> Option<CallView> {
         ToolCallState::Cancelled(s) => (&s.tool_call_id, &s.tool_name, &s.display_name),
         ToolCallState::Unknown(_) => return None,
     };
+    // The host's invocation message names what the call acts on; the tool's name before it
+    // says what it does, as a terminal client shows it.
     let titled = |m: &StringOrMarkdown| {
         let t = text_of(m).trim();
-        if t.is_empty() {
+        if t.is_empty() || t == display {
             display.clone()
-        } else {
+        } else if t.contains(display.as_str()) {
             t.to_owned()
+        } else {
+            format!("{display} {t}")
         }
     };
     let (title, status, input, output) = match tc {

@@ -49,6 +49,8 @@ class Editor:
         self.permissions.append(
             {"toolCall": dump(tool_call), "options": [dump(o) for o in options]}
         )
+        if os.environ.get("DRIVER_TRACE"):
+            print("PERMISSION", json.dumps(self.permissions[-1]), file=sys.stderr)
         self.asked.set()
         if self.hold is not None:
             await self.hold
@@ -60,6 +62,8 @@ class Editor:
 
     async def session_update(self, session_id, update, **kwargs):
         self.updates.append(dump(update))
+        if os.environ.get("DRIVER_TRACE"):
+            print(json.dumps(self.updates[-1]), file=sys.stderr)
 
     def kinds(self) -> list[str]:
         return [u["sessionUpdate"] for u in self.updates]
@@ -95,7 +99,8 @@ def option(session: dict, oid: str) -> dict:
 
 
 async def permissions(ahpd: str, work: str) -> dict:
-    """Allow an edit once, reject a write: the file changes, the new one is not made."""
+    """Read a file, allow its edit once, reject a write: the file changes, the new one is not
+    made."""
     editor = Editor(["allow-once", "deny"])
     async with await connect(editor, ahpd, work) as (conn, _proc):
         await initialize(conn)
@@ -115,15 +120,21 @@ async def permissions(ahpd: str, work: str) -> dict:
         check(len(diff) == 1, f"the edit's approval showed no diff: {first['toolCall']}")
         check(diff[0]["oldText"] == "hello\n" and diff[0]["newText"] == "goodbye\n", f"diff {diff}")
         calls = [u for u in editor.updates if u["sessionUpdate"] == "tool_call"]
-        check([c["kind"] for c in calls] == ["edit", "edit"], f"tool calls {calls}")
+        check([c["kind"] for c in calls] == ["read", "edit", "edit"], f"tool calls {calls}")
+        # What an editor shows of the first call, once every update about it is applied.
+        first_call = {}
+        for u in editor.updates:
+            if u.get("toolCallId") == calls[1]["toolCallId"]:
+                first_call.update(u)
         check(
-            any(loc["path"].endswith("a.txt") for loc in calls[0].get("locations", [])),
-            f"the edit has no location: {calls[0]}",
+            any(loc["path"].endswith("a.txt") for loc in first_call.get("locations", [])),
+            f"the edit has no location: {first_call}",
         )
+        check(first_call.get("status") == "completed", f"the edit ended {first_call}")
         statuses = [
             u.get("status")
             for u in editor.updates
-            if u["sessionUpdate"] == "tool_call_update" and u["toolCallId"] == calls[1]["toolCallId"]
+            if u["sessionUpdate"] == "tool_call_update" and u["toolCallId"] == calls[2]["toolCallId"]
         ]
         check("failed" in statuses, f"the rejected call's statuses were {statuses}")
         check(editor.text() == "one edit made, one refused", f"the reply was {editor.text()!r}")
@@ -213,7 +224,8 @@ async def config(ahpd: str, work: str) -> dict:
         )
         model = option(session, "model")
         models = [o["value"] for o in model["options"]]
-        check(len(models) >= 2, f"the model catalogue offered {models}")
+        check(len(models) == 2, f"the model catalogue offered {models}")
+        check(model["currentValue"] in models, f"the model in force is {model['currentValue']}")
         check(option(session, "thought_level")["category"] == "thought_level", "thought_level")
         other = [m for m in models if m != model["currentValue"]][0]
         changed = dump(await conn.set_config_option(config_id="model", session_id=sid, value=other))
