@@ -14,9 +14,12 @@ from typing import Any
 
 import acp
 from acp.schema import (
+    AcceptElicitationResponse,
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
     RequestPermissionResponse,
 )
 
@@ -81,8 +84,8 @@ def text(t: str):
     return acp.text_block(t)
 
 
-async def connect(editor: Editor, ahpd: str, work: str):
-    return acp.spawn_agent_process(editor, ahpd, "acp", cwd=work, env=dict(os.environ))
+async def connect(editor: Editor, ahpd: str, work: str, **kwargs):
+    return acp.spawn_agent_process(editor, ahpd, "acp", cwd=work, env=dict(os.environ), **kwargs)
 
 
 async def initialize(conn) -> dict:
@@ -247,6 +250,48 @@ async def config(ahpd: str, work: str) -> dict:
         return {"session": sid, "model": other}
 
 
+class Asker(Editor):
+    """An editor that shows forms: it answers every question with the first option, or "blue"."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.forms: list[dict] = []
+
+    async def create_elicitation(self, message, mode, **kwargs):
+        form = dump(mode)
+        self.forms.append({"message": message, **form})
+        content = {}
+        for key, prop in form["requestedSchema"]["properties"].items():
+            if prop.get("oneOf"):
+                content[key] = prop["oneOf"][0]["const"]
+            else:
+                content[key] = "blue"
+        return AcceptElicitationResponse(action="accept", content=content)
+
+
+async def question(ahpd: str, work: str, forms: bool) -> dict:
+    """The agent's question: a form when the editor shows them, else the sentence for the model."""
+    editor = Asker() if forms else Editor([])
+    # The SDK counts elicitation/create among its unstable methods; ACP 1 has it.
+    async with await connect(editor, ahpd, work, use_unstable_protocol=forms) as (conn, _proc):
+        caps = ClientCapabilities(
+            elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()) if forms else None
+        )
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=caps)
+        sid = dump(await conn.new_session(cwd=work, mcp_servers=[]))["sessionId"]
+        done = dump(await conn.prompt(session_id=sid, prompt=[text("ask me")]))
+        check(done["stopReason"] == "end_turn", f"the turn ended {done}")
+        if forms:
+            check(len(editor.forms) == 1, f"forms shown: {editor.forms}")
+            props = editor.forms[0]["requestedSchema"]["properties"]
+            check(set(props) == {"colour", "size"}, f"the form asked {props}")
+            check(
+                [o["const"] for o in props["size"]["oneOf"]] == ["small", "large"],
+                f"the choices were {props['size']}",
+            )
+        return {"session": sid}
+
+
 async def main() -> None:
     scenario, ahpd, work = sys.argv[1], sys.argv[2], sys.argv[3]
     if scenario == "permissions":
@@ -257,6 +302,10 @@ async def main() -> None:
         out = await first_turn(ahpd, work)
     elif scenario == "load":
         out = await load(ahpd, work, sys.argv[4])
+    elif scenario == "question_form":
+        out = await question(ahpd, work, True)
+    elif scenario == "question_unasked":
+        out = await question(ahpd, work, False)
     elif scenario == "config":
         out = await config(ahpd, work)
     else:

@@ -220,6 +220,48 @@ fn acp_config_options_change_the_mode_and_the_model() {
     );
 }
 
+/// The agent asks a text question and a choice, then answers.
+fn asking() -> Vec<Reply> {
+    vec![
+        call(
+            "q1",
+            "ask_user",
+            json!({ "questions": [
+                { "id": "colour", "question": "Which colour?" },
+                { "id": "size", "question": "Which size?", "options": [{ "label": "small" }, { "label": "large" }] }
+            ] }),
+        ),
+        Reply::text_stream("noted"),
+    ]
+}
+
+#[test]
+fn acp_a_question_becomes_a_form_the_editor_answers() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(asking());
+    configure(&env, &ep);
+    driver(&env, &python, "question_form", &work, &[]);
+    let answered = ep.chat_bodies()[1]["messages"].to_string();
+    assert!(
+        answered.contains("A: blue") && answered.contains("A: small"),
+        "{answered}"
+    );
+}
+
+#[test]
+fn acp_a_question_an_editor_cannot_show_is_answered_with_a_sentence() {
+    let Some(python) = peer("acp-venv", "python") else { return };
+    let env = Env::new();
+    let work = work(&env);
+    let ep = endpoint(asking());
+    configure(&env, &ep);
+    driver(&env, &python, "question_unasked", &work, &[]);
+    let answered = ep.chat_bodies()[1]["messages"].to_string();
+    assert!(answered.contains("No one could be asked"), "{answered}");
+}
+
 fn acpc_agent(env: &Env) {
     let dir = env.root.path().join("xdg/acpc/agents");
     std::fs::create_dir_all(&dir).unwrap();
