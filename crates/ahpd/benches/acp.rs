@@ -7,7 +7,8 @@
 //!    `ahpd run --json --session`, on the same session of one detached daemon, turns alternating,
 //!    the model the scripted endpoint on loopback.
 //!
-//! Run with `cargo bench -p ahpd --bench acp`.
+//! Run with `cargo bench -p ahpd --bench acp`; `AHPD_BENCH_BIN=path` measures another build of
+//! `ahpd` (a release build, say) with the same harness.
 
 #![allow(clippy::unwrap_used)]
 
@@ -21,10 +22,12 @@ use testkit::{Endpoint, Reply};
 
 const RUNS: usize = 30;
 const TURNS: usize = 15;
-const BIN: &str = env!("CARGO_BIN_EXE_ahpd");
+fn bin() -> String {
+    std::env::var("AHPD_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ahpd").to_owned())
+}
 
 fn cmd(root: &Path, dir: &Path) -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(bin());
     c.env_clear()
         .env("HOME", root.join("home"))
         .env("XDG_CONFIG_HOME", root.join("xdg"))
@@ -107,6 +110,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
+    println!("ahpd: {}", bin());
     let root = tempfile::tempdir().unwrap();
     let work = root.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -160,11 +164,11 @@ fn main() {
     assert!(status.success());
     let mut agent = Agent::spawn(root.path(), &work);
     agent.initialize();
-    let session = agent.request(1, "session/new", json!({ "cwd": work, "mcpServers": [] }))
-        ["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session =
+        agent.request(1, "session/new", json!({ "cwd": work, "mcpServers": [] }))["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     agent.request(
         2,
         "session/prompt",
@@ -199,7 +203,10 @@ fn main() {
         let mut out = BufReader::new(run.stdout.take().unwrap());
         loop {
             let mut line = String::new();
-            assert!(out.read_line(&mut line).unwrap() > 0, "ahpd run ended first");
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "ahpd run ended first"
+            );
             if line.contains("\"chat/delta\"") {
                 break;
             }

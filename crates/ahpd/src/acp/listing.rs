@@ -66,9 +66,7 @@ pub(crate) async fn page(
             .ok_or_else(|| format!("{c} is not a cursor this agent gave"))?,
     };
     let mut rows = every(conn).await?;
-    rows.retain(|r| {
-        cwd.is_none_or(|dir| folders(r).first().is_some_and(|first| same(first, dir)))
-    });
+    rows.retain(|r| cwd.is_none_or(|dir| folders(r).first().is_some_and(|first| same(first, dir))));
     rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
     let total = rows.len();
     let sessions: Vec<SessionInfo> = rows

@@ -89,7 +89,12 @@ pub fn acp(loc: &Locations, opts: &AcpOpts) -> Result<i32, CommandError> {
             let _ = early.conn().await;
         });
         let bridge = Arc::new(server::Bridge::new(link.clone(), opts.agent.clone(), cwd));
-        let served = server::serve(bridge.clone()).await;
+        // An editor usually ends its agent by closing standard input, some with a signal: either
+        // way the sessions are closed and an in-process host writes its store.
+        let served = tokio::select! {
+            served = server::serve(bridge.clone()) => served,
+            () = ended_by_signal() => Ok(()),
+        };
         warming.abort();
         let _ = warming.await;
         bridge.close_all().await;
@@ -97,11 +102,30 @@ pub fn acp(loc: &Locations, opts: &AcpOpts) -> Result<i32, CommandError> {
         close(link).await;
         match served {
             Ok(()) => Ok(0),
-            Err(e) => Err(CommandError::Failed(format!("the ACP connection failed: {e}"))),
+            Err(e) => Err(CommandError::Failed(format!(
+                "the ACP connection failed: {e}"
+            ))),
         }
     });
     rt.shutdown_background();
     code
+}
+
+/// Resolves on SIGTERM, SIGINT or SIGHUP (never, when they cannot be caught).
+async fn ended_by_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = hup.recv() => {}
+    }
 }
 
 /// Closes the host connection; an in-process host writes its store here, so what the editor's

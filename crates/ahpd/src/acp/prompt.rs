@@ -174,8 +174,10 @@ mod tests {
     fn an_empty_prompt_is_refused() {
         assert!(message_of(&blocks(json!([{ "type": "text", "text": "  " }]))).is_err());
         assert!(
-            message_of(&blocks(json!([{ "type": "audio", "data": "", "mimeType": "audio/wav" }])))
-                .is_err()
+            message_of(&blocks(
+                json!([{ "type": "audio", "data": "", "mimeType": "audio/wav" }])
+            ))
+            .is_err()
         );
     }
 }

@@ -10,13 +10,13 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthenticateRequest, AuthenticateResponse, AvailableCommand,
     AvailableCommandsUpdate, CancelNotification, CloseSessionRequest, CloseSessionResponse,
-    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    LoadSessionRequest, LoadSessionResponse, McpServer, NewSessionRequest, NewSessionResponse,
-    PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest,
-    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
-    SessionConfigOptionValue, SessionListCapabilities, SessionNotification,
-    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
-    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
+    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, LoadSessionRequest,
+    LoadSessionResponse, McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities,
+    PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SessionCapabilities, SessionCloseCapabilities, SessionConfigOptionValue,
+    SessionListCapabilities, SessionNotification, SessionResumeCapabilities, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
+    SetSessionModeResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Error, ErrorCode, Stdio};
@@ -120,7 +120,11 @@ impl Bridge {
                     Some(want) => format!(
                         "--agent {want}: the host at {} offers no such agent (it offers {})",
                         conn.place,
-                        if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
+                        if offered.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            offered.join(", ")
+                        }
                     ),
                     None => format!(
                         "the host at {} offers no agent: enable one with ahpd plugin enable @ahpd/agent-cofold",
@@ -267,14 +271,10 @@ impl Bridge {
             }
         }
         let conn = self.conn().await?;
-        let mut conv = Conversation::open(&conn, id)
-            .await
-            .map_err(|e| match e {
-                crate::commands::CommandError::Usage(m) => {
-                    Error::new(ErrorCode::RESOURCE_NOT_FOUND, m)
-                }
-                other => failed(other.to_string()),
-            })?;
+        let mut conv = Conversation::open(&conn, id).await.map_err(|e| match e {
+            crate::commands::CommandError::Usage(m) => Error::new(ErrorCode::RESOURCE_NOT_FOUND, m),
+            other => failed(other.to_string()),
+        })?;
         let provider = conv.session_state.provider.clone();
         let dir = conv
             .session_state
@@ -396,8 +396,7 @@ impl Bridge {
         value: &SessionConfigOptionValue,
     ) -> Result<Vec<agent_client_protocol::v1::schema::SessionConfigOption>, Error> {
         let (tx, rx) = oneshot::channel();
-        self.send(id, Cmd::Settings(tx))
-            .map_err(|_| not_open(id))?;
+        self.send(id, Cmd::Settings(tx)).map_err(|_| not_open(id))?;
         let found = rx.await.map_err(|_| failed("the session ended"))?;
         let (key, value) = settings::choose(&found, config, value).map_err(refused)?;
         let (tx, rx) = oneshot::channel();
@@ -426,11 +425,7 @@ fn not_open(id: &str) -> Error {
 fn capabilities() -> AgentCapabilities {
     AgentCapabilities::new()
         .load_session(true)
-        .prompt_capabilities(
-            PromptCapabilities::new()
-                .image(true)
-                .embedded_context(true),
-        )
+        .prompt_capabilities(PromptCapabilities::new().image(true).embedded_context(true))
         .session_capabilities(
             SessionCapabilities::new()
                 .list(SessionListCapabilities::new())
@@ -583,7 +578,9 @@ pub(crate) async fn serve(bridge: Arc<Bridge>) -> Result<(), Error> {
                     }
                     match b.send(&id, Cmd::Prompt(req, responder)) {
                         Ok(()) => Ok(()),
-                        Err(Cmd::Prompt(_, responder)) => responder.respond_with_error(not_open(&id)),
+                        Err(Cmd::Prompt(_, responder)) => {
+                            responder.respond_with_error(not_open(&id))
+                        }
                         Err(_) => Ok(()),
                     }
                 })
@@ -627,7 +624,10 @@ pub(crate) async fn serve(bridge: Arc<Bridge>) -> Result<(), Error> {
         .v1()
         .name("ahpd")
         .on_receive_request(on_initialize, agent_client_protocol::on_receive_request!())
-        .on_receive_request(on_authenticate, agent_client_protocol::on_receive_request!())
+        .on_receive_request(
+            on_authenticate,
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_request(on_new, agent_client_protocol::on_receive_request!())
         .on_receive_request(on_load, agent_client_protocol::on_receive_request!())
         .on_receive_request(on_resume, agent_client_protocol::on_receive_request!())

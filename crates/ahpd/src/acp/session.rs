@@ -24,9 +24,8 @@ use ahp_types::state::{
     ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputBooleanAnswerValue,
     ChatInputNumberAnswerValue, ChatInputRequest, ChatInputResponseKind,
     ChatInputSelectedAnswerValue, ChatInputSelectedManyAnswerValue, ChatInputTextAnswerValue,
-    ConfirmationOption, ConfirmationOptionKind,
-    ResponsePart, SessionInputRequest, SessionModelInfo, ToolCallCancellationReason,
-    ToolCallConfirmationState,
+    ConfirmationOption, ConfirmationOptionKind, ResponsePart, SessionInputRequest,
+    SessionModelInfo, ToolCallCancellationReason, ToolCallConfirmationState,
 };
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -169,8 +168,7 @@ pub(crate) fn start(ctx: Context, conv: Conversation, dir: PathBuf) -> Handle {
 fn stop_reason_of_error(error_type: &str, message: &str) -> Option<StopReason> {
     let t = error_type.to_ascii_lowercase();
     let m = message.to_ascii_lowercase();
-    if t.contains("maxtokens") || t.contains("max_tokens") || m.contains("maximum output length")
-    {
+    if t.contains("maxtokens") || t.contains("max_tokens") || m.contains("maximum output length") {
         Some(StopReason::MaxTokens)
     } else if t.contains("turnlimit") || t.contains("maxturn") || m.contains("turn limit") {
         Some(StopReason::MaxTurnRequests)
@@ -243,7 +241,9 @@ impl Session {
             let _ = self.conv.stop(&self.ctx.conn, &turn).await;
         }
         if let Some(r) = self.ours.take() {
-            let _ = r.responder.respond(PromptResponse::new(StopReason::Cancelled));
+            let _ = r
+                .responder
+                .respond(PromptResponse::new(StopReason::Cancelled));
         }
         for (_, responder) in self.queue.drain(..) {
             let _ = responder.respond(PromptResponse::new(StopReason::Cancelled));
@@ -493,10 +493,7 @@ impl Session {
 
     fn usage(&self, usage: &ahp_types::state::UsageInfo) {
         let used = usage.input_tokens.unwrap_or(0) + usage.output_tokens.unwrap_or(0);
-        let model = usage
-            .model
-            .clone()
-            .or_else(|| self.conv.setting("model"));
+        let model = usage.model.clone().or_else(|| self.conv.setting("model"));
         let size = self
             .ctx
             .models
@@ -542,9 +539,8 @@ impl Session {
             StateAction::SessionConfigChanged(_) => {
                 let now = settings::settings(&self.conv.session_state, &self.ctx.models);
                 if now != self.settings {
-                    let mode = |s: &[Setting]| {
-                        settings::modes(s).map(|m| m.current_mode_id.to_string())
-                    };
+                    let mode =
+                        |s: &[Setting]| settings::modes(s).map(|m| m.current_mode_id.to_string());
                     let (before, after) = (mode(&self.settings), mode(&now));
                     self.notify(SessionUpdate::ConfigOptionUpdate(
                         agent_client_protocol::v1::schema::ConfigOptionUpdate::new(

@@ -101,7 +101,10 @@ pub(crate) fn settings(session: &SessionState, models: &[SessionModelInfo]) -> V
             };
             // A record names its model without the catalogue's `<agent>/` prefix.
             let now = match list.iter().find(|(v, _, _)| {
-                *v == now || v.strip_prefix(session.provider.as_str()).and_then(|r| r.strip_prefix('/')) == Some(now.as_str())
+                *v == now
+                    || v.strip_prefix(session.provider.as_str())
+                        .and_then(|r| r.strip_prefix('/'))
+                        == Some(now.as_str())
             }) {
                 Some((v, _, _)) => v.clone(),
                 None => {
@@ -240,10 +243,9 @@ mod tests {
 
     #[test]
     fn settings_become_mode_model_and_thought_level() {
-        let models: Vec<SessionModelInfo> = serde_json::from_value(
-            json!([{ "id": "p/m1", "provider": "cofold", "name": "M1" }]),
-        )
-        .unwrap();
+        let models: Vec<SessionModelInfo> =
+            serde_json::from_value(json!([{ "id": "p/m1", "provider": "cofold", "name": "M1" }]))
+                .unwrap();
         let s = settings(&session(), &models);
         let opts = serde_json::to_value(options(&s)).unwrap();
         assert_eq!(opts[0]["id"], "mode");

@@ -196,7 +196,11 @@ pub(crate) fn view(tc: &ToolCallState) -> Option<CallView> {
 
 /// The ACP kind of a tool, from its name: the editor picks the call's icon by it.
 pub(crate) fn kind_of(tool: &str) -> ToolKind {
-    let name = tool.rsplit("__").next().unwrap_or(tool).to_ascii_lowercase();
+    let name = tool
+        .rsplit("__")
+        .next()
+        .unwrap_or(tool)
+        .to_ascii_lowercase();
     match name.as_str() {
         "read_file" | "list_files" | "memory_read" | "read" | "view" | "ls" => ToolKind::Read,
         "write_file" | "edit_file" | "memory_write" | "write" | "edit" | "multiedit" => {
@@ -301,7 +305,11 @@ fn text_block(text: &str) -> ToolCallContent {
 }
 
 fn content_of(view: &CallView, diff: Option<&Diff>) -> Vec<ToolCallContent> {
-    let mut out: Vec<ToolCallContent> = diff.cloned().map(ToolCallContent::from).into_iter().collect();
+    let mut out: Vec<ToolCallContent> = diff
+        .cloned()
+        .map(ToolCallContent::from)
+        .into_iter()
+        .collect();
     // An edit's result is a sentence about the diff already shown; a failure's is the reason.
     if diff.is_none() || view.status == ToolCallStatus::Failed {
         out.extend(view.output.iter().map(|t| text_block(t)));
@@ -335,7 +343,10 @@ fn plan_entries(view: &CallView) -> Vec<PlanEntry> {
         };
         let (text, status) = if done {
             (rest, PlanEntryStatus::Completed)
-        } else if let Some(t) = rest.strip_suffix(" (in_progress)") {
+        } else if let Some(t) = rest
+            .strip_suffix(" (in progress)")
+            .or_else(|| rest.strip_suffix(" (in_progress)"))
+        {
             (t, PlanEntryStatus::InProgress)
         } else {
             (rest, PlanEntryStatus::Pending)
@@ -589,7 +600,7 @@ mod tests {
             title: "Plan".into(),
             status: ToolCallStatus::InProgress,
             input: None,
-            output: vec!["- [x] read\n- [ ] edit (in_progress)\n- [ ] test".into()],
+            output: vec!["- [x] read\n- [ ] edit (in progress)\n- [ ] test".into()],
         };
         let mut out = Vec::new();
         Shown::default().call(&v, Path::new("/"), &mut out);

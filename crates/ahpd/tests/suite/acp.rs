@@ -20,7 +20,10 @@ fn peer(venv: &str, program: &str) -> Option<PathBuf> {
         return Some(path);
     }
     if std::env::var("AHPD_OFFLINE").as_deref() == Ok("1") {
-        eprintln!("skipped: {} is not installed and AHPD_OFFLINE=1", path.display());
+        eprintln!(
+            "skipped: {} is not installed and AHPD_OFFLINE=1",
+            path.display()
+        );
         return None;
     }
     panic!(
@@ -50,7 +53,9 @@ fn endpoint(replies: Vec<Reply>) -> Endpoint {
         e
     };
     Endpoint::builder()
-        .models_body(json!({ "object": "list", "data": [entry("m", 128_000), entry("m2", 64_000)] }))
+        .models_body(
+            json!({ "object": "list", "data": [entry("m", 128_000), entry("m2", 64_000)] }),
+        )
         .replies(replies)
         .start()
         .unwrap()
@@ -68,7 +73,12 @@ fn work(env: &Env) -> PathBuf {
 fn call(id: &str, name: &str, input: Value) -> Reply {
     Reply::stream(vec![
         Frame::Chunk(chunk::role()),
-        Frame::Chunk(chunk::tool_call(0, Some(id), Some(name), &input.to_string())),
+        Frame::Chunk(chunk::tool_call(
+            0,
+            Some(id),
+            Some(name),
+            &input.to_string(),
+        )),
         Frame::Chunk(chunk::finish("tool_calls")),
         Frame::Chunk(chunk::usage(10, 5)),
     ])
@@ -130,7 +140,9 @@ fn sessions_json(env: &Env) -> Value {
 
 #[test]
 fn acp_a_permission_allowed_once_then_one_rejected() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(vec![
@@ -149,7 +161,10 @@ fn acp_a_permission_allowed_once_then_one_rejected() {
     ]);
     configure(&env, &ep);
     driver(&env, &python, "permissions", &work, &[]);
-    assert_eq!(std::fs::read_to_string(work.join("a.txt")).unwrap(), "goodbye\n");
+    assert_eq!(
+        std::fs::read_to_string(work.join("a.txt")).unwrap(),
+        "goodbye\n"
+    );
     assert!(!work.join("b.txt").exists(), "the rejected write ran");
     // The model read the rejection.
     let bodies = ep.chat_bodies();
@@ -162,7 +177,9 @@ fn acp_a_permission_allowed_once_then_one_rejected() {
 
 #[test]
 fn acp_cancel_during_an_approval_answers_cancelled() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(vec![call(
@@ -177,7 +194,9 @@ fn acp_cancel_during_an_approval_answers_cancelled() {
 
 #[test]
 fn acp_load_replays_a_stored_session_listed_by_its_folder() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(vec![
@@ -203,7 +222,9 @@ fn acp_load_replays_a_stored_session_listed_by_its_folder() {
 
 #[test]
 fn acp_config_options_change_the_mode_and_the_model() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(vec![Reply::text_stream("hi back")]);
@@ -237,7 +258,9 @@ fn asking() -> Vec<Reply> {
 
 #[test]
 fn acp_a_question_becomes_a_form_the_editor_answers() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(asking());
@@ -252,7 +275,9 @@ fn acp_a_question_becomes_a_form_the_editor_answers() {
 
 #[test]
 fn acp_a_question_an_editor_cannot_show_is_answered_with_a_sentence() {
-    let Some(python) = peer("acp-venv", "python") else { return };
+    let Some(python) = peer("acp-venv", "python") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(asking());
@@ -292,7 +317,9 @@ fn events(out: &Output) -> Vec<Value> {
 
 #[test]
 fn acpc_prompts_a_daemon_session_and_continues_it() {
-    let Some(acpc_bin) = peer("acpc-venv", "acpc") else { return };
+    let Some(acpc_bin) = peer("acpc-venv", "acpc") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = endpoint(vec![
@@ -305,25 +332,39 @@ fn acpc_prompts_a_daemon_session_and_continues_it() {
     let out = acpc(&env, &acpc_bin, &work, &["say something"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let first = events(&out);
-    let chunks = first.iter().filter(|e| e.to_string().contains("agent_message_chunk")).count();
+    let chunks = first
+        .iter()
+        .filter(|e| e.to_string().contains("agent_message_chunk"))
+        .count();
     assert!(chunks > 0, "{first:?}");
     let last = first.last().unwrap().to_string();
     assert!(last.contains("end_turn"), "{last}");
     let session = first
         .iter()
-        .find_map(|e| (e["acpc"] == "session_started").then(|| e["session_id"].as_str()).flatten())
+        .find_map(|e| {
+            (e["acpc"] == "session_started")
+                .then(|| e["session_id"].as_str())
+                .flatten()
+        })
         .unwrap()
         .to_owned();
     let out = acpc(&env, &acpc_bin, &work, &["-s", &session, "and more"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let second = events(&out);
     assert!(second.last().unwrap().to_string().contains("end_turn"));
-    assert!(text(&out.stdout).contains("second answer"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("second answer"),
+        "{}",
+        text(&out.stdout)
+    );
     // One conversation: the second turn was sent with the first, and the daemon lists it.
     let bodies = ep.chat_bodies();
     assert!(bodies[1]["messages"].to_string().contains("first answer"));
     let listed = sessions_json(&env);
-    assert!(listed.to_string().contains(&session), "{session} not in {listed}");
+    assert!(
+        listed.to_string().contains(&session),
+        "{session} not in {listed}"
+    );
 }
 
 /// Checks acplint 0.1.0 fails on its own account, by name, with the reason. It reads answers by
@@ -358,7 +399,9 @@ const ACPLINT_FALSE_FAILURES: &[(&str, &str)] = &[
 
 #[test]
 fn acplint_finds_nothing_but_its_own_false_failures() {
-    let Some(acplint) = peer("acp-venv", "acplint") else { return };
+    let Some(acplint) = peer("acp-venv", "acplint") else {
+        return;
+    };
     let env = Env::new();
     let work = work(&env);
     let ep = Endpoint::builder()
