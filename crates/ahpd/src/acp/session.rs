@@ -494,16 +494,19 @@ impl Session {
     fn usage(&self, usage: &ahp_types::state::UsageInfo) {
         let used = usage.input_tokens.unwrap_or(0) + usage.output_tokens.unwrap_or(0);
         let model = usage.model.clone().or_else(|| self.conv.setting("model"));
+        let named = |m: &&SessionModelInfo| {
+            model.as_deref().is_some_and(|want| {
+                m.id == want
+                    || m.name == want
+                    || m.id.rsplit_once('/').is_some_and(|(_, tail)| tail == want)
+            })
+        };
         let size = self
             .ctx
             .models
             .iter()
-            .find(|m| Some(&m.id) == model.as_ref() || Some(&m.name) == model.as_ref())
-            .or_else(|| match self.ctx.models.as_slice() {
-                [only] => Some(only),
-                _ => None,
-            })
-            .and_then(|m| m.max_context_window);
+            .filter(named)
+            .find_map(|m| m.max_context_window);
         // ACP reports the share of the context window in use, which needs the window's size.
         if let (Ok(used), Some(Ok(size))) = (u64::try_from(used), size.map(u64::try_from)) {
             self.notify(SessionUpdate::UsageUpdate(UsageUpdate::new(used, size)));

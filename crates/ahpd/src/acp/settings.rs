@@ -87,8 +87,12 @@ pub(crate) fn settings(session: &SessionState, models: &[SessionModelInfo]) -> V
         }
         let current = config.values.get(key).or(p.default.as_ref());
         let kind = if key == "model" {
+            // The catalogue may list the model in force twice: as the record names it and
+            // under the agent's prefix; the editor is shown the prefixed one.
+            let prefixed = |id: &str| format!("{}/{id}", session.provider);
             let mut list: Vec<(String, String, Option<String>)> = models
                 .iter()
+                .filter(|m| m.id.contains('/') || !models.iter().any(|o| o.id == prefixed(&m.id)))
                 .map(|m| (m.id.clone(), m.name.clone(), None))
                 .collect();
             let now = current.and_then(Value::as_str).map(str::to_owned);
@@ -239,6 +243,23 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_model_named_without_its_prefix_is_the_catalogue_entry() {
+        let mut state = session();
+        if let Some(c) = &mut state.config {
+            c.values.insert("model".into(), json!("m"));
+        }
+        let models: Vec<SessionModelInfo> = serde_json::from_value(json!([
+            { "id": "m", "provider": "cofold", "name": "m" },
+            { "id": "cofold/m", "provider": "cofold", "name": "m" },
+            { "id": "cofold/m2", "provider": "cofold", "name": "m2" }
+        ]))
+        .unwrap();
+        let opts = serde_json::to_value(options(&settings(&state, &models))).unwrap();
+        assert_eq!(opts[1]["currentValue"], "cofold/m", "{opts}");
+        assert_eq!(opts[1]["options"].as_array().unwrap().len(), 2, "{opts}");
     }
 
     #[test]
