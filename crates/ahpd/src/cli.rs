@@ -76,6 +76,9 @@ pub enum Command {
     Chat(crate::term::ChatOpts),
     /// List, show or delete the stored sessions.
     Sessions(crate::term::SessionsOpts),
+    /// Serve the daemon's sessions to an editor over the Agent Client Protocol on standard
+    /// input and output (Zed, JetBrains, Neovim; see docs/editors.md).
+    Acp(crate::acp::AcpOpts),
     /// A machine's main process: reaps orphans and exits on SIGTERM.
     #[command(hide = true)]
     MachineInit,

@@ -9,6 +9,7 @@
 //! the crate's tests depend on the crate itself with the `test-plugins` feature (the echo engine),
 //! so the binary they spawn has it while a normal build does not.
 
+mod acp;
 mod args;
 mod channel;
 mod cli;
@@ -218,6 +219,11 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
         Some(Command::Sessions(opts)) => {
             logs::init("warn");
             Ok(term::sessions(&loc, &opts)?)
+        }
+        Some(Command::Acp(opts)) => {
+            // Standard output carries the protocol; log lines go to standard error.
+            logs::init("warn");
+            Ok(acp::acp(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
             cli::completion(shell);

@@ -10,7 +10,7 @@ mod approve;
 mod attach;
 mod chat;
 mod connect;
-mod conversation;
+pub mod conversation;
 mod history;
 mod markdown;
 mod out;

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+mod acp;
 mod cli;
 mod config;
 mod crash;
