@@ -364,6 +364,8 @@ pub struct Embedder {
     pub mcp: Option<ahpd_mcp::McpHub>,
     /// The agent record's own `mcpServers`, merged over the hub's entries by name.
     pub record_mcp_servers: ahpd_mcp::Servers,
+    /// Where project instructions (`AGENTS.md`) may be read from.
+    pub project: crate::project::ProjectSetup,
 }
 
 impl Embedder {

@@ -66,6 +66,7 @@ mod actor;
 mod asks;
 mod backend;
 mod catalogue;
+pub mod changesets;
 mod chats;
 mod client_answers;
 mod client_calls;

@@ -76,6 +76,9 @@ pub enum Command {
     Chat(crate::term::ChatOpts),
     /// List, show or delete the stored sessions.
     Sessions(crate::term::SessionsOpts),
+    /// Undo (or redo) what a session's turn changed in its folder; a file changed since by
+    /// anyone else is left as it is and named.
+    Undo(crate::undo::UndoOpts),
     /// A machine's main process: reaps orphans and exits on SIGTERM.
     #[command(hide = true)]
     MachineInit,

@@ -32,6 +32,7 @@ mod signals;
 mod sys;
 mod term;
 mod token;
+mod undo;
 mod vault;
 
 use clap::Parser;
@@ -160,6 +161,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(Command::Sessions(opts)) => {
             logs::init("warn");
             Ok(term::sessions(&loc, &opts)?)
+        }
+        Some(Command::Undo(opts)) => {
+            logs::init("warn");
+            Ok(undo::undo(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
             cli::completion(shell);

@@ -124,6 +124,7 @@ impl Registrar for Collected {
                 .mcp
                 .clone()
                 .map(|hub| Arc::new(hub) as Arc<dyn std::any::Any + Send + Sync>),
+            "served-paths" => Some(Arc::new(self.context.served.clone())),
             _ => None,
         }
     }
@@ -423,7 +424,8 @@ pub(crate) async fn build_host(
         );
     }
     let mcp = crate::mcp::hub(settings, vault);
-    let context = crate::machines::Context::for_run(loc, vault, run.stdio);
+    let mut context = crate::machines::Context::for_run(loc, vault, run.stdio);
+    context.served = settings.paths.value.clone();
     let mut extras = crate::machines::Extras::default();
     let (engines, fixed) = apply_plugins(&cands, vault, &mcp, &context, &mut extras).await?;
     let engine_options: Vec<Value> = engines.iter().map(|e| e.options.clone()).collect();

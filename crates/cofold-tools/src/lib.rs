@@ -33,6 +33,7 @@ pub mod config_schema;
 pub mod files;
 pub mod memory;
 pub mod paths;
+pub mod project;
 /// The web search providers (they live in `web`, whose transport they share).
 pub use web::search;
 pub mod shell;

@@ -29,6 +29,9 @@ const HELP: &str = "\
   /stop             stop the running turn (Ctrl-C does the same)
   /model [M]        show or set the session's model
   /mode [MODE]      show or set the permission mode (auto, default, acceptEdits, plan, bypassPermissions, dontAsk)
+  /status           the session, its instruction files (AGENTS.md) and its recorded changes
+  /undo [N|FILE]    undo the last turn's changes (or turn N's, or one file's)
+  /redo [N|FILE]    put undone changes back
   /sessions         list the stored sessions
   /resume URI       continue another session
   /new              start a new session
@@ -403,6 +406,20 @@ impl Loop<'_> {
                 let new = new_session(self.model.as_deref(), mode.as_deref());
                 self.conv = Conversation::create(self.conn, &self.fallback_dir, &new).await?;
                 self.header();
+            }
+            // The workspace commands live in `crate::undo`; this is only their hook.
+            "status" => {
+                for line in crate::undo::status_lines(&self.conv.session, &self.conv.session_state)
+                {
+                    self.printer.note(&line);
+                }
+            }
+            "undo" | "redo" => {
+                for line in
+                    crate::undo::in_chat(self.conn, &self.conv.session, name == "redo", arg).await
+                {
+                    self.printer.note(&line);
+                }
             }
             other => self
                 .printer

@@ -28,4 +28,5 @@ mod term_chat;
 mod term_run;
 mod term_sessions;
 mod term_support;
+mod undo;
 mod vault;
