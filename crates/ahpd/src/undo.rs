@@ -91,7 +91,12 @@ async fn session_in(conn: &Conn, dir: &Path) -> Result<String, CommandError> {
     let mut rows = listed(conn).await?;
     rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
     rows.into_iter()
-        .find(|r| r.working_directory.as_deref() == Some(folder.as_str()))
+        .find(|r| {
+            r.working_directories
+                .iter()
+                .flatten()
+                .any(|d| d.trim_end_matches('/') == folder.trim_end_matches('/'))
+        })
         .map(|r| r.resource)
         .ok_or_else(|| {
             usage(format!(
