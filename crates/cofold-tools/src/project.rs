@@ -204,7 +204,7 @@ pub fn load(files: &[PathBuf], global: Option<&Path>, cap: usize) -> Loaded {
                 format!("{} ({how})", f.path.display())
             })
             .collect();
-        let budget = if cap % 1024 == 0 {
+        let budget = if cap.is_multiple_of(1024) {
             format!("{} KiB", cap / 1024)
         } else {
             format!("{cap} bytes")
@@ -265,11 +265,14 @@ impl ProjectSources {
     }
 }
 
+/// Told what each run's reading found.
+pub type LoadObserver = Arc<dyn Fn(&Loaded) + Send + Sync>;
+
 /// The capability that puts the project's instructions into each run's system prompt, and
 /// tells `observer` what it read.
 pub struct ProjectInstructions {
     sources: ProjectSources,
-    observer: Option<Arc<dyn Fn(&Loaded) + Send + Sync>>,
+    observer: Option<LoadObserver>,
 }
 
 impl ProjectInstructions {
@@ -282,7 +285,7 @@ impl ProjectInstructions {
     }
 
     /// Calls `observer` with every run's reading.
-    pub fn observed(mut self, observer: Arc<dyn Fn(&Loaded) + Send + Sync>) -> Self {
+    pub fn observed(mut self, observer: LoadObserver) -> Self {
         self.observer = Some(observer);
         self
     }
