@@ -112,6 +112,10 @@ pub struct TurnExtras {
     pub hooks: Option<Arc<dyn cofold_agents::hooks::Hooks>>,
     /// Tools from outside cofold (clients' tools).
     pub tools: Vec<cofold_agents::tool::Tool>,
+    /// Capabilities put ahead of the standard ones (the project's instructions).
+    pub capabilities: Vec<Arc<dyn cofold_agents::capability::Capability>>,
+    /// Records what the standard tools change.
+    pub recorder: Option<cofold_changes::TurnRecorder>,
 }
 
 /// Why a turn's agent cannot be built. Each message is the one sentence the turn fails with,
@@ -213,6 +217,8 @@ impl AgentCore {
             taken_names,
             hooks,
             tools: extra_tools,
+            capabilities: first_capabilities,
+            recorder,
         } = extras;
         let host_tool_names = taken_names.as_slice();
         if let Some(error) = &copapo.error {
@@ -284,7 +290,15 @@ impl AgentCore {
             let ask = ask_user_tool(None, None).map_err(|e| TurnAgentError::Assembly(e.message))?;
             builder = builder.tool(ask);
         }
+        for capability in first_capabilities {
+            builder = builder.capability(capability);
+        }
         for capability in capabilities {
+            let capability = match &recorder {
+                Some(r) => Arc::new(cofold_changes::Recorded::new(capability, r.clone()))
+                    as Arc<dyn cofold_agents::capability::Capability>,
+                None => capability,
+            };
             builder = builder.capability_excluding(capability, host_tool_names.to_vec());
         }
         let policy = self.turn_policy(turn, workspace, private);

@@ -11,6 +11,7 @@ mod asks;
 mod attachments;
 mod build;
 mod catalogue;
+mod changes;
 mod client_tools;
 mod edits;
 pub mod guard;
@@ -21,6 +22,7 @@ mod models;
 mod options;
 mod plugin;
 mod previews;
+mod project;
 mod readback;
 mod schema_wording;
 mod scratch;
@@ -39,6 +41,10 @@ pub mod contain {
 }
 
 pub use agent::{AgentBuildError, CofoldAgent, cofold_agent, cofold_agent_with};
+pub use changes::{
+    CONTENT_SCHEME, ContentProvider, META_KEY as CHANGES_META_KEY, REDO_ALL, REDO_FILE, UNDO_ALL,
+    UNDO_FILE,
+};
 pub use host_tools::{HostQuestion, HostQuestionOption, HostTool, HostToolContext, HostToolError};
 pub use models::{Copapo, KeySource, Shared, read_copapo};
 pub use options::{
@@ -46,6 +52,7 @@ pub use options::{
     options_schema, record_schema,
 };
 pub use plugin::{CofoldEngine, CofoldPlugin, plugin};
+pub use project::{META_KEY as INSTRUCTIONS_META_KEY, ProjectSetup, TRUSTED_FILE};
 pub use session::{CofoldSession, REPLACED};
 
 /// The plugin's package name, as the upstream daemon names it.
@@ -56,3 +63,6 @@ pub const TITLE: &str = "Cofold";
 pub const ENGINE: &str = "cofold";
 /// The name the daemon shares its MCP servers (an `ahpd_mcp::McpHub`) under.
 pub const MCP_SERVICE: &str = "mcp";
+/// The name the daemon shares the folders it serves (a `Vec<PathBuf>`) under: project
+/// instructions inside them are read without asking.
+pub const SERVED_SERVICE: &str = "served-paths";

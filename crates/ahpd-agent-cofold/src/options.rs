@@ -367,6 +367,8 @@ pub struct Embedder {
     /// The daemon's secrets and private paths (without one: none, and the credential stores
     /// under the home folder with the engine's store).
     pub guard: Option<Arc<crate::guard::HostGuard>>,
+    /// Where project instructions (`AGENTS.md`) may be read from.
+    pub project: crate::project::ProjectSetup,
 }
 
 impl Embedder {

@@ -75,6 +75,24 @@ impl Plugin for CofoldPlugin {
         {
             embedder.guard = Some(guard);
         }
+        if embedder.project == crate::project::ProjectSetup::default() {
+            let served = registrar
+                .service(crate::SERVED_SERVICE)
+                .and_then(|s| s.downcast::<Vec<std::path::PathBuf>>().ok())
+                .map(|s| (*s).clone());
+            let config_dir = registrar.config_dir();
+            embedder.project = crate::project::ProjectSetup {
+                served,
+                global: config_dir
+                    .as_ref()
+                    .map(|d| d.join(cofold_tools::project::AGENTS_FILE)),
+                config_dir,
+            };
+        }
+        registrar.resource_provider(
+            crate::changes::CONTENT_SCHEME,
+            Arc::new(crate::changes::ContentProvider),
+        );
         registrar.engine(Arc::new(CofoldEngine {
             plugin_options: options,
             embedder,

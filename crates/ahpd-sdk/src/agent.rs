@@ -319,6 +319,22 @@ pub trait Session: Send + 'static {
         Vec::new()
     }
 
+    /// The state of one of this chat's changesets (`<chat URI>/changes/…`), for a client that
+    /// subscribes to it; `None` when there is no such changeset. Later changes are published
+    /// with [`SessionContext::emit_changeset`].
+    fn changeset(&self, _channel: &str) -> Option<ahp_types::state::ChangesetState> {
+        None
+    }
+
+    /// Runs an operation the changeset offers. The host has checked that the operation is in
+    /// the changeset's list and takes the target. `None` when the channel is not this chat's.
+    fn changeset_operation(
+        &mut self,
+        _params: ahp_types::commands::InvokeChangesetOperationParams,
+    ) -> Option<crate::changesets::OperationFuture> {
+        None
+    }
+
     /// The backend was opened with no turn waiting for it (for the clients of a stored
     /// conversation with unfinished work, see [`Agent::unfinished`], or for a command or a new
     /// chat, after the held commands reached it): put to the host now what waits on a person,

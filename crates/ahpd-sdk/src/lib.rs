@@ -81,6 +81,7 @@ pub mod plugin;
 pub mod ports;
 pub mod util;
 
+pub mod changesets;
 // The layers (the map above says what each owns).
 mod channels;
 mod connection;

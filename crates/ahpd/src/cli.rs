@@ -79,6 +79,9 @@ pub enum Command {
     /// Serve the daemon's sessions to an editor over the Agent Client Protocol on standard
     /// input and output (Zed, JetBrains, Neovim; see docs/editors.md).
     Acp(crate::acp::AcpOpts),
+    /// Undo (or redo) what a session's turn changed in its folder; a file changed since by
+    /// anyone else is left as it is and named.
+    Undo(crate::undo::UndoOpts),
     /// A machine's main process: reaps orphans and exits on SIGTERM.
     #[command(hide = true)]
     MachineInit,

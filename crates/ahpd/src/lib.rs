@@ -35,6 +35,7 @@ mod signals;
 mod sys;
 mod term;
 mod token;
+mod undo;
 mod vault;
 
 use clap::Parser;
@@ -88,7 +89,7 @@ fn install_contain_helper() {
 fn hosts_agents(cli: &Cli) -> bool {
     matches!(
         cli.command,
-        None | Some(Command::Run(_)) | Some(Command::Chat(_))
+        None | Some(Command::Run(_)) | Some(Command::Chat(_)) | Some(Command::Acp(_))
     )
 }
 
@@ -224,6 +225,10 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
             // Standard output carries the protocol; log lines go to standard error.
             logs::init("warn");
             Ok(acp::acp(&loc, &opts)?)
+        }
+        Some(Command::Undo(opts)) => {
+            logs::init("warn");
+            Ok(undo::undo(&loc, &opts)?)
         }
         Some(Command::Completion { shell }) => {
             cli::completion(shell);

@@ -317,6 +317,17 @@ impl Session for TrackedSession {
         self.with((), |s| s.watched());
     }
 
+    fn changeset(&self, channel: &str) -> Option<ahp_types::state::ChangesetState> {
+        self.with(None, |s| s.changeset(channel))
+    }
+
+    fn changeset_operation(
+        &mut self,
+        params: ahp_types::commands::InvokeChangesetOperationParams,
+    ) -> Option<ahpd_sdk::changesets::OperationFuture> {
+        self.with(None, |s| s.changeset_operation(params))
+    }
+
     async fn close(&mut self) {
         // Taken out first: the lock is never held across the backend's own await.
         let taken = lock(&self.slot).take();

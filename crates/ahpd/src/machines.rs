@@ -26,8 +26,8 @@ pub struct Context {
     pub vault: Option<Vault>,
     /// The daemon's id.
     pub host_id: Option<String>,
-    /// The folders the daemon serves.
-    pub paths: Vec<PathBuf>,
+    /// The folders the daemon serves (`--path`, `paths`).
+    pub served: Vec<PathBuf>,
 }
 
 /// Whether a folder can be made and written.
@@ -91,7 +91,7 @@ impl Context {
             host_id: dir.as_deref().and_then(host_id),
             dir,
             vault: Some(vault.clone()),
-            paths: Vec::new(),
+            served: Vec::new(),
         }
     }
 }

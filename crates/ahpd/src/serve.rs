@@ -156,6 +156,7 @@ impl Registrar for Collected {
                 .guard
                 .clone()
                 .map(|guard| guard as Arc<dyn std::any::Any + Send + Sync>),
+            "served-paths" => Some(Arc::new(self.context.served.clone())),
             _ => None,
         }
     }
@@ -191,7 +192,7 @@ impl Registrar for Collected {
     }
 
     fn served_paths(&self) -> Vec<std::path::PathBuf> {
-        self.context.paths.clone()
+        self.context.served.clone()
     }
 }
 
@@ -465,7 +466,7 @@ pub(crate) async fn build_host(
     }
     let mcp = crate::mcp::hub(settings, vault);
     let mut context = crate::machines::Context::for_run(loc, vault, run.stdio);
-    context.paths = settings.paths.value.clone();
+    context.served = settings.paths.value.clone();
     let mut extras = crate::machines::Extras::default();
     let guard = HostGuard::new();
     guard.set_secrets(host_secrets(settings, vault));

@@ -34,6 +34,7 @@ pub mod files;
 pub mod memory;
 pub mod paths;
 pub mod private;
+pub mod project;
 /// The web search providers (they live in `web`, whose transport they share).
 pub use web::search;
 pub mod shell;

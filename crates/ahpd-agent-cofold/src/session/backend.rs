@@ -26,6 +26,26 @@ impl Session for CofoldSession {
         }
     }
 
+    fn changeset(&self, channel: &str) -> Option<ahp_types::state::ChangesetState> {
+        self.core.changes.state(channel)
+    }
+
+    fn changeset_operation(
+        &mut self,
+        params: ahp_types::commands::InvokeChangesetOperationParams,
+    ) -> Option<ahpd_sdk::changesets::OperationFuture> {
+        self.core.changes.state(&params.channel)?;
+        let core = self.core.clone();
+        Some(Box::pin(async move {
+            let worker = core.clone();
+            let done = tokio::task::spawn_blocking(move || worker.changes.operate(&params))
+                .await
+                .map_err(|e| ahpd_sdk::Refusal::new(format!("the operation stopped: {e}")))?;
+            core.set_meta(crate::changes::META_KEY, core.changes.meta());
+            done.map(|(_, result)| result)
+        }))
+    }
+
     fn watched(&mut self) {
         // Opened for a client after a restart: the paused run is asked again at once.
         self.core.reopen_watched();

@@ -105,6 +105,12 @@ pub(crate) struct Core {
     mcp: std::sync::OnceLock<Arc<crate::mcp::SessionMcp>>,
     /// Turns held until the session's MCP servers have started.
     mcp_held: Mutex<Option<VecDeque<TurnRequest>>>,
+    /// The person's answers about instruction files outside the served folders.
+    project: crate::project::SessionProject,
+    /// The session's `_meta` as this chat last said it.
+    meta: Mutex<ahp_types::common::JsonObject>,
+    /// What the session's turns changed in its folder.
+    changes: Arc<crate::changes::SessionChanges>,
 }
 
 /// The cofold side of one AHP chat.
@@ -125,8 +131,18 @@ impl CofoldSession {
         paused: Option<Paused>,
         refused_fork: Option<String>,
     ) -> CofoldSession {
+        let changes = Arc::new(crate::changes::SessionChanges::open(
+            agent.store_root.as_deref(),
+            &backend_id,
+            &workspace,
+            ctx.clone(),
+        ));
+        if changes.recorded() {
+            changes.advertise();
+        }
         CofoldSession {
             core: Arc::new(Core {
+                changes,
                 agent,
                 ctx,
                 backend_id,
@@ -141,6 +157,8 @@ impl CofoldSession {
                 settings: Mutex::new(settings),
                 mcp: std::sync::OnceLock::new(),
                 mcp_held: Mutex::new(None),
+                project: crate::project::SessionProject::default(),
+                meta: Mutex::new(ahp_types::common::JsonObject::new()),
             }),
         }
     }

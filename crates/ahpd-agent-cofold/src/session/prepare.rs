@@ -91,6 +91,62 @@ impl Core {
         }
     }
 
+    /// The capability that reads the project's instruction files when the run starts and names
+    /// them in the session's `_meta` whenever the list changes.
+    fn project_instructions(
+        self: &Arc<Self>,
+        turn_id: &str,
+    ) -> Arc<dyn cofold_agents::capability::Capability> {
+        let sources = self.project.sources(
+            &self.agent.embedder.project,
+            &self.workspace,
+            &self.ctx,
+            turn_id,
+        );
+        let core = Arc::downgrade(self);
+        let observer = Arc::new(move |loaded: &cofold_tools::project::Loaded| {
+            if let Some(core) = core.upgrade() {
+                core.set_meta(crate::project::META_KEY, crate::project::meta_value(loaded));
+            }
+        });
+        Arc::new(cofold_tools::project::ProjectInstructions::new(sources).observed(observer))
+    }
+
+    /// The recorder of the turn's tool calls: each recorded change is published at once.
+    fn recorder(self: &Arc<Self>, turn_id: &str) -> cofold_changes::TurnRecorder {
+        self.changes.advertise();
+        let core = Arc::downgrade(self);
+        self.changes.recorder(
+            turn_id,
+            Arc::new(move |turn: &str| {
+                if let Some(core) = core.upgrade() {
+                    core.changes_published(turn);
+                }
+            }),
+        )
+    }
+
+    /// The turn's and the session's changesets and `_meta` after a change.
+    pub(crate) fn changes_published(&self, turn: &str) {
+        self.changes.publish(turn);
+        self.set_meta(crate::changes::META_KEY, self.changes.meta());
+    }
+
+    /// Sets one key of the session's `_meta`, saying it only when its value changed.
+    pub(crate) fn set_meta(&self, key: &str, value: serde_json::Value) {
+        let mut meta = lock(&self.meta);
+        if meta.get(key) == Some(&value) {
+            return;
+        }
+        meta.insert(key.to_owned(), value);
+        self.ctx
+            .emit(ahp_types::actions::StateAction::SessionMetaChanged(
+                ahp_types::actions::SessionMetaChangedAction {
+                    meta: Some(meta.clone()),
+                },
+            ));
+    }
+
     /// Builds the turn's agent, its run's options and the mapping of its events.
     pub(super) fn prepare(self: &Arc<Self>, turn: &TurnRequest) -> Result<Prepared, String> {
         let mut settings = lock(&self.settings).clone();
@@ -138,6 +194,8 @@ impl Core {
                     taken_names: extra.taken,
                     hooks,
                     tools: extra.tools,
+                    capabilities: vec![self.project_instructions(&turn.turn_id)],
+                    recorder: Some(self.recorder(&turn.turn_id)),
                 },
             )
             .map_err(|e| e.to_string())?;

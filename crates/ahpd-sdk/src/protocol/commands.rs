@@ -38,6 +38,7 @@ impl Conn {
                 self.config_command(method, params).await
             }
             "authenticate" => self.authenticate(decode(method, params)?),
+            "invokeChangesetOperation" => self.invoke_changeset_operation(params).await,
             "resourceRead" | "resourceList" | "resourceResolve" | "resourceWrite"
             | "resourceDelete" => self.resource_command(method, params).await,
             m if m.starts_with("x-") => match self.inner.extension_for_method(m) {

@@ -16,6 +16,8 @@ impl Conn {
     /// Open the stored session a channel names unless it is open already, within the request
     /// time limit.
     pub(crate) async fn open_for(&self, channel: &str) -> Result<(), RpcError> {
+        // A changeset lives in its chat's session.
+        let channel = crate::changesets::owner_chat(channel).unwrap_or(channel);
         if channel == ROOT || channel.starts_with("x-") || mailbox(&self.inner, channel).is_some() {
             return Ok(());
         }

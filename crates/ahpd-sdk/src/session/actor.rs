@@ -47,6 +47,10 @@ pub(crate) struct Chat {
     pub coalescer: Coalescer,
     /// The turns the running one replaced, and the stray streams already warned about.
     pub turns: TurnBook,
+    /// The changesets of this chat someone watches, as the reducer keeps them.
+    pub changesets: HashMap<String, ahp_types::state::ChangesetState>,
+    /// Changeset requests waiting for the backend to open.
+    pub changeset_waiting: Vec<crate::changesets::Waiting>,
 }
 
 /// Who waits for `createSession` to finish: the reply, the creator, its progress token.
@@ -108,6 +112,8 @@ impl Actor {
             cursors: HashMap::new(),
             coalescer: Coalescer::new(self.inner.options.delta_window),
             turns: TurnBook::default(),
+            changesets: HashMap::new(),
+            changeset_waiting: Vec::new(),
         }
     }
 
@@ -151,8 +157,18 @@ impl Actor {
                 conn,
                 channel,
                 reply,
+            } if crate::changesets::owner_chat(&channel).is_some() => {
+                self.subscribe_changeset(conn, channel, reply)
+            }
+            SessionMsg::Subscribe {
+                conn,
+                channel,
+                reply,
             } => {
                 let _ = reply.send(self.subscribe(conn, &channel));
+            }
+            SessionMsg::ChangesetOperation { params, reply } => {
+                self.changeset_operation(*params, reply)
             }
             SessionMsg::Snapshot { channel, reply } => {
                 self.flush_all();

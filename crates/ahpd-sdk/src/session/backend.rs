@@ -95,6 +95,8 @@ fn allowed(action: &StateAction) -> bool {
         | A::SessionMcpServerStateChanged(_)
         | A::SessionServerToolsChanged(_)
         | A::SessionMetaChanged(_)
+        | A::SessionChangesetsChanged(_)
+        | A::ChatChangesetsChanged(_)
         | A::SessionConfigChanged(_) => true,
         _ => false,
     }
@@ -111,6 +113,7 @@ fn is_session_action(action: &StateAction) -> bool {
             | A::SessionMcpServerStateChanged(_)
             | A::SessionServerToolsChanged(_)
             | A::SessionMetaChanged(_)
+            | A::SessionChangesetsChanged(_)
             | A::SessionConfigChanged(_)
     )
 }
@@ -122,6 +125,11 @@ impl Actor {
         }
         match msg {
             BackendMsg::Emit { chat, action } => self.backend_emit(&chat, action),
+            BackendMsg::Changeset {
+                chat,
+                channel,
+                action,
+            } => self.backend_changeset(&chat, &channel, action),
             BackendMsg::Approval {
                 chat,
                 request,

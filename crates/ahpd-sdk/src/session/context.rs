@@ -25,6 +25,12 @@ pub(crate) enum BackendMsg {
         chat: Arc<str>,
         action: StateAction,
     },
+    /// A `changeset/*` action for one of the chat's changeset channels.
+    Changeset {
+        chat: Arc<str>,
+        channel: String,
+        action: StateAction,
+    },
     Approval {
         chat: Arc<str>,
         request: ApprovalRequest,
@@ -119,6 +125,20 @@ impl SessionContext {
         }
         let _ = self.inner.tx.send(BackendMsg::Emit {
             chat: self.inner.chat_uri.clone(),
+            action,
+        });
+    }
+
+    /// Publish a `changeset/*` action on one of this chat's changeset channels
+    /// (`<chat URI>/changes/…`). Only watched channels take it; the next subscriber asks
+    /// [`crate::Session::changeset`] for the state instead.
+    pub fn emit_changeset(&self, channel: &str, action: StateAction) {
+        if self.is_closed() {
+            return;
+        }
+        let _ = self.inner.tx.send(BackendMsg::Changeset {
+            chat: self.inner.chat_uri.clone(),
+            channel: channel.to_owned(),
             action,
         });
     }
@@ -299,7 +319,11 @@ mod detached {
         /// The next thing the backend did; `None` once every context clone is gone.
         pub async fn next(&mut self) -> Option<ContextEvent> {
             Some(match self.rx.recv().await? {
-                BackendMsg::Emit { action, .. } => ContextEvent::Emit(action),
+                // A changeset action arrives as an emitted one: its channel is the probe's
+                // chat's.
+                BackendMsg::Emit { action, .. } | BackendMsg::Changeset { action, .. } => {
+                    ContextEvent::Emit(action)
+                }
                 BackendMsg::Approval { request, reply, .. } => {
                     ContextEvent::Approval(request, reply)
                 }

@@ -16,6 +16,9 @@ impl Actor {
     // ── subscriptions and snapshots ─────────────────────────────────────────────────────
 
     pub(crate) fn snapshot_at(&self, channel: &str, seq: u64) -> Option<Snapshot> {
+        if crate::changesets::owner_chat(channel).is_some() {
+            return self.changeset_snapshot(channel, seq);
+        }
         let state = if channel == &*self.uri {
             SnapshotState::Session(Box::new(self.state.clone()))
         } else {

@@ -150,6 +150,7 @@ impl Actor {
                 // Held config changes, resumes and rewinds reach the backend before turns
                 // queued behind them.
                 self.release_parked(&chat, None);
+                self.release_changesets(&chat, None);
                 // With no turn to hand over, the backend was opened for the chat's watchers
                 // (or a command, which has said what it needed): what waits on a person is
                 // shown now. A turn queued meanwhile goes first instead, and the backend
@@ -170,6 +171,7 @@ impl Actor {
                     None => Vec::new(),
                 };
                 self.release_parked(&chat, Some(&err.to_string()));
+                self.release_changesets(&chat, Some(&err.to_string()));
                 if is_start {
                     self.finish_start(Err(err));
                     return;

@@ -68,6 +68,12 @@ pub(crate) enum SessionMsg {
         channel: String,
         reply: oneshot::Sender<Option<Snapshot>>,
     },
+    /// `invokeChangesetOperation` on one of the session's changesets.
+    ChangesetOperation {
+        params: Box<ahp_types::commands::InvokeChangesetOperationParams>,
+        reply:
+            oneshot::Sender<Result<ahp_types::commands::InvokeChangesetOperationResult, RpcError>>,
+    },
     Dispatch {
         conn: ConnRef,
         channel: String,
@@ -155,7 +161,8 @@ impl Registry {
         if let Some((k, e)) = self.sessions.get_key_value(channel) {
             return Some((k.as_str(), e));
         }
-        let session = self.chats.get(channel)?;
+        let chat = crate::changesets::owner_chat(channel).unwrap_or(channel);
+        let session = self.chats.get(chat)?;
         self.sessions
             .get_key_value(session)
             .map(|(k, e)| (k.as_str(), e))

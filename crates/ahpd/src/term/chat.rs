@@ -33,13 +33,22 @@ use crate::locations::Locations;
 pub const PROMPT: &str = "you> ";
 
 /// The commands, for `/help` and Tab.
-const COMMANDS: [(&str, &str); 13] = [
+const COMMANDS: [(&str, &str); 16] = [
     ("/stop", "stop the running turn (Ctrl-C does the same)"),
     ("/model", "[M] show or set the session's model"),
     (
         "/mode",
         "[MODE] show or set the permission mode (auto, default, acceptEdits, plan, bypassPermissions, dontAsk)",
     ),
+    (
+        "/status",
+        "the session, its instruction files (AGENTS.md) and its recorded changes",
+    ),
+    (
+        "/undo",
+        "[N|FILE] undo the last turn's changes (or turn N's, or one file's)",
+    ),
+    ("/redo", "[N|FILE] put undone changes back"),
     ("/mcp", "the session's MCP servers and their state"),
     ("/cost", "the tokens and cost of this session's turns"),
     ("/diff", "the changes the edits run in this chat made"),
@@ -762,6 +771,20 @@ impl Loop<'_> {
                 self.conv = Conversation::create(self.conn, &self.fallback_dir, &new).await?;
                 self.created.push((self.conv.session.clone(), false));
                 self.header();
+            }
+            // The workspace commands live in `crate::undo`; this is only their hook.
+            "status" => {
+                for line in crate::undo::status_lines(&self.conv.session, &self.conv.session_state)
+                {
+                    self.printer.note(&line);
+                }
+            }
+            "undo" | "redo" => {
+                for line in
+                    crate::undo::in_chat(self.conn, &self.conv.session, name == "redo", arg).await
+                {
+                    self.printer.note(&line);
+                }
             }
             other => self.printer.note(&format!(
                 "/{} is not a command (/help lists them)",

@@ -34,4 +34,5 @@ mod term_run;
 mod term_screen;
 mod term_sessions;
 mod term_support;
+mod undo;
 mod vault;
