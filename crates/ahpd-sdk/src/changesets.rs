@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::actor::{Actor, Backend};
+use crate::session::actor::{Actor, Backend};
 use crate::connection::{Conn, decode, to_json};
 use crate::error::RpcError;
 use crate::session::SessionMsg;
