@@ -216,7 +216,7 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object" })
 }
 
-/// Options that do not have the shape of [`WrittenOptions`]; the daemon checks options against
+/// Options that do not have the shape of `WrittenOptions`; the daemon checks options against
 /// [`options_schema`] first, so only an embedder passing unchecked values meets this.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the options do not fit the cofold engine: {0}")]
@@ -400,7 +400,7 @@ pub enum EditPhase {
     After,
 }
 
-/// JSON Schema of the plugin's options: derived from [`WrittenOptions`], with `tools` checked
+/// JSON Schema of the plugin's options: derived from `WrittenOptions`, with `tools` checked
 /// strictly or loosely as `strictTools` says.
 pub fn options_schema() -> Value {
     let mut strict_tools = cofold_tools::standard::tools_schema();

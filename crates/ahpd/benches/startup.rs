@@ -1,10 +1,18 @@
-//! Startup and idle memory of `ahpd`, next to a bare Node.js process started the same way.
+//! Startup and idle memory of `ahpd`, next to a bare Node.js process and `ahpd --version`.
 //!
 //! Measures, for the daemon with the echo plugin on a free loopback port: the time from spawn to
 //! the answer of `initialize` over a real WebSocket (official `ahp` client), and the resident
-//! memory after 5 s idle (again at 10 s). The baseline is `node -e` with a timer, spawned the same
-//! way: time to its first line on standard output, and its resident memory at the same moments.
-//! Run with `cargo bench -p ahpd --bench startup` (release build).
+//! memory after 5 s idle (again at 10 s). The baselines, spawned the same way in the same run:
+//! `node -e` with a timer (time to its first line on standard output, and its resident memory
+//! at the same moments) and `ahpd --version` (spawn to exit: what loading the binary costs).
+//!
+//! Run with `cargo bench -p ahpd --bench startup`: that measures the binary `cargo bench`
+//! builds, with the `bench` profile. To measure another build, name it:
+//! `cargo build --release -p ahpd --features test-plugins` (the README's build, plus the echo
+//! plugin the benchmark talks to), then
+//! `AHPD_BENCH_BIN=target/release/ahpd AHPD_BENCH_PROFILE=release cargo bench -p ahpd --bench
+//! startup`. (`cargo bench` writes its own binary to the same path, so copy the release one
+//! elsewhere first.) The first line printed names the binary and its profile.
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,8 +27,23 @@ const IDLE: Duration = Duration::from_secs(5);
 const IDLE_LATER: Duration = Duration::from_secs(10);
 const NODE_SCRIPT: &str = "console.log('ready'); setInterval(() => {}, 1000)";
 
+/// The binary measured and the profile it was built with.
+fn measured() -> (String, String) {
+    match std::env::var("AHPD_BENCH_BIN") {
+        Ok(bin) => {
+            let profile = std::env::var("AHPD_BENCH_PROFILE")
+                .unwrap_or_else(|_| "not stated (set AHPD_BENCH_PROFILE)".to_owned());
+            (bin, profile)
+        }
+        Err(_) => (
+            env!("CARGO_BIN_EXE_ahpd").to_owned(),
+            "bench (opt-level 3, as Cargo.toml's [profile.bench] says)".to_owned(),
+        ),
+    }
+}
+
 fn ahpd(config: &std::path::Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ahpd"));
+    let mut c = Command::new(measured().0);
     c.args(["--plugin", "@ahpd/agent-echo", "--port", "0"])
         .env("HOME", config)
         .env("XDG_CONFIG_HOME", config)
@@ -108,6 +131,21 @@ fn node_startup() -> Option<Duration> {
     (line == "ready").then_some(took)
 }
 
+/// Spawn → exit of `ahpd --version`, once.
+fn version_startup() -> Duration {
+    let started = Instant::now();
+    let status = Command::new(measured().0)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(status.success(), "ahpd --version failed: {status}");
+    took
+}
+
 fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -117,6 +155,8 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64, f64) {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not used by this benchmark.
+    let (bin, profile) = measured();
+    println!("measuring {bin}, profile {profile}");
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -132,6 +172,7 @@ fn main() {
         listen.push(l);
         answered.push(a);
     }
+    let version_times: Vec<Duration> = (0..RUNS).map(|_| version_startup()).collect();
     let node_available = Command::new("node")
         .arg("--version")
         .stdout(Stdio::null())
@@ -177,6 +218,12 @@ fn main() {
     println!("startup ({RUNS} runs, ms)            min      median   p90");
     println!("ahpd spawn -> listening line     {lmin:8.2} {lmed:8.2} {lp90:8.2}");
     println!("ahpd spawn -> initialize answer  {amin:8.2} {amed:8.2} {ap90:8.2}");
+    let (vmin, vmed, vp90) = stats(version_times);
+    println!("ahpd --version spawn -> exit     {vmin:8.2} {vmed:8.2} {vp90:8.2}");
+    println!(
+        "ratio ahpd initialize / ahpd --version (median): {:.2}",
+        amed / vmed
+    );
     if node_times.is_empty() {
         println!("node: not found on PATH; the Node.js baseline column is skipped");
     } else {

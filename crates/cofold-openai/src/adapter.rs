@@ -20,7 +20,7 @@ use crate::request::{BodyContext, build_body, check_features};
 use crate::retry::Tries;
 use crate::stream::Bodies;
 
-/// An adapter built by [`crate::OpenAiProvider::model`]; it shares its provider's endpoint, key,
+/// An adapter built by [`crate::OpenAiProvider`]'s `model`; it shares its provider's endpoint, key,
 /// headers and HTTP client.
 pub struct OpenAiAdapter {
     pub(crate) id: String,

@@ -1,8 +1,8 @@
 //! The run loop: `run`, `resume` and `compact`, each returning a [`RunHandle`] at
 //! once and doing the work on a spawned task.
 //!
-//! A run's task owns a [`Runner`]: the agent, the store, the counters and the handle's shared
-//! state. Every event goes through [`Runner::emit`], which stores it, then publishes it to the
+//! A run's task owns a `Runner`: the agent, the store, the counters and the handle's shared
+//! state. Every event goes through `Runner::emit`, which stores it, then publishes it to the
 //! handle, then shows it to the `on_event` observer, so the stored list and the live stream are
 //! the same sequence.
 
