@@ -92,13 +92,13 @@ fn message(text: &str) -> Message {
     }
 }
 
-async fn client(url: &str) -> Client {
+async fn client(url: &str, buffer: usize) -> Client {
     let t = WebSocketTransport::connect(url).await.expect("connects");
     let c = Client::connect(
         t,
         ClientConfig {
             default_request_timeout: Some(Duration::from_secs(60)),
-            subscription_buffer: 8192,
+            subscription_buffer: buffer,
         },
     )
     .await
@@ -202,8 +202,28 @@ async fn main() {
     let server = host.serve_ws(WsConfig::loopback(0)).await.expect("listens");
     let url = format!("ws://{}", server.local_addr());
 
+    // Memory per session, measured first so no freed memory of the other phase hides it: each with its own child and one finished turn. The client in this
+    // process preallocates a ring per subscription, so it watches one session at a time, with
+    // a small ring, to leave only the host's share to measure.
+    let m = client(&url, 16).await;
+    let mut mevents = m.events();
+    let before = rss_kib();
+    for i in 0..SESSIONS {
+        let session = format!("fake:/memory-{i}");
+        let chat = open(&m, &session, &work).await;
+        turn(&m, &mut mevents, &chat, &format!("m{i}")).await;
+        m.unsubscribe(chat).await.expect("unsubscribe");
+        m.unsubscribe(session).await.expect("unsubscribe");
+    }
+    let after = rss_kib();
+    let per = (after.saturating_sub(before)) as f64 / SESSIONS as f64;
+    println!(
+        "host memory per ACP session, agent processes apart (over {SESSIONS}): {:.0} KiB = {:.2} MiB (goal ≤ 2 MiB)",
+        per,
+        per / 1024.0
+    );
     // Latency per turn through the host.
-    let c = client(&url).await;
+    let c = client(&url, 8192).await;
     let mut events = c.events();
     let chat = open(&c, "fake:/latency", &work).await;
     let mut ms = Vec::new();
@@ -225,19 +245,6 @@ async fn main() {
         None => println!("no baseline: added latency not computed"),
     }
 
-    // Memory per session: each with its own child and one finished turn.
-    let before = rss_kib();
-    for i in 0..SESSIONS {
-        let chat = open(&c, &format!("fake:/memory-{i}"), &work).await;
-        turn(&c, &mut events, &chat, &format!("m{i}")).await;
-    }
-    let after = rss_kib();
-    let per = (after.saturating_sub(before)) as f64 / SESSIONS as f64;
-    println!(
-        "host memory per ACP session, agent processes apart (over {SESSIONS}): {:.0} KiB = {:.2} MiB (goal ≤ 2 MiB)",
-        per,
-        per / 1024.0
-    );
     host.shutdown();
     host.closed().await;
 }
