@@ -564,9 +564,9 @@ pub(crate) async fn serve(bridge: Arc<Bridge>) -> Result<(), Error> {
                                 responder: Responder<PromptResponse>,
                                 cx: ConnectionTo<Client>| {
         let id = req.session_id.to_string();
-        match b.send(&id, Cmd::Prompt(req, responder)) {
+        match b.send(&id, Cmd::Prompt(Box::new((req, responder)))) {
             Ok(()) => Ok(()),
-            Err(Cmd::Prompt(req, responder)) => {
+            Err(Cmd::Prompt(prompt)) => {
                 // A session this connection has not opened: resumed first, as an editor that
                 // restarted and kept the id expects.
                 let b = b.clone();
@@ -574,11 +574,13 @@ pub(crate) async fn serve(bridge: Arc<Bridge>) -> Result<(), Error> {
                 let cwd = b.cwd.clone();
                 cx.spawn(async move {
                     if let Err(e) = b.open(&id, &cwd, Opening::Resume, &task_cx).await {
+                        let (_, responder) = *prompt;
                         return responder.respond_with_error(e);
                     }
-                    match b.send(&id, Cmd::Prompt(req, responder)) {
+                    match b.send(&id, Cmd::Prompt(prompt)) {
                         Ok(()) => Ok(()),
-                        Err(Cmd::Prompt(_, responder)) => {
+                        Err(Cmd::Prompt(prompt)) => {
+                            let (_, responder) = *prompt;
                             responder.respond_with_error(not_open(&id))
                         }
                         Err(_) => Ok(()),

@@ -58,8 +58,8 @@ pub(crate) enum Choice {
 
 /// A request to a session's task.
 pub(crate) enum Cmd {
-    /// `session/prompt`.
-    Prompt(PromptRequest, Responder<PromptResponse>),
+    /// `session/prompt` (boxed: it is several times the size of the others).
+    Prompt(Box<(PromptRequest, Responder<PromptResponse>)>),
     /// `session/cancel`.
     Cancel,
     /// `session/set_config_option` (and `session/set_mode`), already checked against the
@@ -256,7 +256,8 @@ impl Session {
 
     async fn command(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Prompt(req, responder) => {
+            Cmd::Prompt(prompt) => {
+                let (req, responder) = *prompt;
                 if self.ours.is_some() || self.conv.chat_state.active_turn.is_some() {
                     // ACP has no steering: a prompt sent during a turn waits for its end.
                     self.queue.push_back((req, responder));
@@ -424,7 +425,7 @@ impl Session {
             return;
         }
         if let StateAction::ChatTurnStarted(s) = &env.action
-            && !self.ours.as_ref().is_some_and(|r| r.turn == s.turn_id)
+            && self.ours.as_ref().is_none_or(|r| r.turn != s.turn_id)
         {
             // Another client's turn in the same conversation: the editor shows it as said.
             for u in updates::user_message(&s.message) {

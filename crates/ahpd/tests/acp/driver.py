@@ -141,9 +141,6 @@ async def permissions(ahpd: str, work: str) -> dict:
         ]
         check("failed" in statuses, f"the rejected call's statuses were {statuses}")
         check(editor.text() == "one edit made, one refused", f"the reply was {editor.text()!r}")
-        usage = [u for u in editor.updates if u["sessionUpdate"] == "usage_update"]
-        check(len(usage) >= 1, f"no usage_update among {editor.kinds()}")
-        check(usage[-1]["size"] == 128000 and usage[-1]["used"] > 0, f"usage {usage[-1]}")
         return {"session": sid, "updates": editor.kinds()}
 
 
