@@ -46,13 +46,17 @@ const IDENTITY_SCAN_LIMIT: usize = 20_000;
 /// How long a gathering of identities is reused.
 const IDENTITY_REUSE: Duration = Duration::from_secs(2);
 
+/// The identities (device, inode) of the private files with more than one name, and when they
+/// were gathered.
+type Gathered = (Instant, HashSet<(u64, u64)>);
+
 /// A set of private paths. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct PrivateSet {
     /// Each path as given, with its links resolved when it was added, and its phrase.
     paths: Vec<(PathBuf, PathBuf, &'static str)>,
     names: Vec<(PathBuf, PathBuf, NameRule, &'static str)>,
-    identities: Arc<Mutex<Option<(Instant, HashSet<(u64, u64)>)>>>,
+    identities: Arc<Mutex<Option<Gathered>>>,
 }
 
 impl fmt::Debug for PrivateSet {

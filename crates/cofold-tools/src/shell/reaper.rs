@@ -265,7 +265,7 @@ mod imp {
                 };
                 let _ = poll(&mut fds, limit);
                 let parent_ended =
-                    parent_fd.is_some() && fds[0].revents().contains(PollFlags::IN) || gone();
+                    (parent_fd.is_some() && fds[0].revents().contains(PollFlags::IN)) || gone();
                 let host_closed = control
                     .as_ref()
                     .is_some_and(|socket| closed(socket.as_fd()));
@@ -283,23 +283,15 @@ mod imp {
         });
     }
 
-    /// Whether the host's end of the socket is closed (or sent the word to stop).
+    /// Whether the host's end of the socket is closed or has spoken: after the go-ahead the
+    /// host never writes, so anything readable (the end of the stream included) means stop.
     fn closed(fd: BorrowedFd<'_>) -> bool {
         let mut probe = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
         let zero = Timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        if poll(&mut probe, Some(&zero)).unwrap_or(0) == 0 {
-            return false;
-        }
-        let flags = probe[0].revents();
-        if flags.intersects(PollFlags::HUP | PollFlags::ERR) {
-            return true;
-        }
-        // Readable: either the end of the stream or a word from the host, which only ever
-        // means stop.
-        true
+        poll(&mut probe, Some(&zero)).unwrap_or(0) > 0
     }
 
     /// Our live children now, from `/proc` (an ended one waits to be reaped, not killed).
