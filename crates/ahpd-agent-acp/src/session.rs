@@ -893,6 +893,11 @@ impl Worker {
                 .content
                 .as_deref()
                 .and_then(crate::mapping::edits_of),
+            // The agent asks in its own words; it gives no risk of its own, and its input is
+            // not ours to change.
+            risk_assessment: None,
+            editable: None,
+            meta: None,
         };
         self.mirror(&StateAction::ChatToolCallReady(ChatToolCallReadyAction {
             turn_id: turn_id.clone(),
@@ -946,7 +951,7 @@ impl Worker {
                     confirmed,
                     ..
                 } => (true, option_id.clone(), Some(confirmed.clone()), None),
-                ApprovalOutcome::Denied { reason } => (false, None, None, *reason),
+                ApprovalOutcome::Denied { reason, .. } => (false, None, None, *reason),
                 ApprovalOutcome::Cancelled => (false, None, None, None),
             };
             if !matches!(outcome, ApprovalOutcome::Cancelled) {
