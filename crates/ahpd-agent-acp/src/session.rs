@@ -1266,7 +1266,10 @@ mod tests {
             Some("once")
         );
         assert_eq!(
-            selected(outcome_for(&ApprovalOutcome::Denied { reason: None }, &o)).as_deref(),
+            selected(outcome_for(&ApprovalOutcome::Denied {
+                    reason: None,
+                    message: None,
+                }, &o)).as_deref(),
             Some("no")
         );
         assert_eq!(selected(outcome_for(&ApprovalOutcome::Cancelled, &o)), None);
