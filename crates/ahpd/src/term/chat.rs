@@ -176,10 +176,10 @@ fn edited_line(shared: &Shared) -> Result<Option<String>, ()> {
     match ed.readline(PROMPT) {
         Ok(line) => {
             if !line.trim().is_empty() {
-                if let Ok(mut h) = shared.history.lock() {
-                    if h.last() != Some(&line) {
-                        h.push(line.clone());
-                    }
+                if let Ok(mut h) = shared.history.lock()
+                    && h.last() != Some(&line)
+                {
+                    h.push(line.clone());
                 }
                 history::append(&shared.history_file, &line);
             }

@@ -1,6 +1,6 @@
 //! The reply's Markdown drawn for a terminal: headings, emphasis, lists, quotes, tables and
-//! framed code blocks, a block at a time as the reply streams (a block ends at a blank line
-//! outside a code fence). Through a pipe, or without colour, the text passes as it came.
+//! framed code blocks, a line at a time as the reply streams (a code block or a table once
+//! it is whole). Through a pipe, or without colour, the text passes as it came.
 //!
 //! The text given is already clean (see `screen`); the only escape codes in the output are the
 //! ones added here.
@@ -16,8 +16,10 @@ pub struct Stream {
     partial: String,
     /// The fence of the open code block, if one is open.
     fence: Option<String>,
-    /// Whether a block was drawn already: the next one is set off by a blank line.
+    /// Whether something was drawn already.
     drawn: bool,
+    /// Whether the source had a blank line since: the next line is set off by one.
+    gap: bool,
 }
 
 fn fence_of(line: &str) -> Option<String> {
@@ -42,25 +44,34 @@ impl Stream {
             partial: String::new(),
             fence: None,
             drawn: false,
+            gap: false,
         }
     }
 
-    /// Draws whole blocks, one blank line between them and none after the last.
+    /// Draws Markdown: set off by a blank line when the source had one before it.
     fn draw(&mut self, md: &str, out: &mut String) {
         let r = render(md);
         let r = r.trim_end_matches('\n');
         if r.is_empty() {
             return;
         }
-        if self.drawn {
+        if self.drawn && self.gap {
             out.push('\n');
         }
+        self.gap = false;
         out.push_str(r);
         out.push('\n');
         self.drawn = true;
     }
 
-    /// Takes more of the reply; returns what can be shown now.
+    /// Draws the table being gathered, if one is.
+    fn flush_block(&mut self, out: &mut String) {
+        let block = std::mem::take(&mut self.block);
+        self.draw(&block, out);
+    }
+
+    /// Takes more of the reply; returns what can be shown now. A line is drawn as soon as it
+    /// ends, except inside a code fence or a table, which are drawn whole.
     pub fn push(&mut self, text: &str) -> String {
         if !self.on {
             return text.to_owned();
@@ -72,22 +83,27 @@ impl Stream {
             let body = line.trim_end_matches('\n');
             match &self.fence {
                 Some(f) => {
-                    if body.trim_start().starts_with(f.as_str())
-                        && body.trim().chars().all(|c| Some(c) == f.chars().next())
-                    {
-                        self.fence = None;
-                    }
+                    let closes = body.trim_start().starts_with(f.as_str())
+                        && body.trim().chars().all(|c| f.starts_with(c));
                     self.block.push_str(&line);
+                    if closes {
+                        self.fence = None;
+                        self.flush_block(&mut out);
+                    }
                 }
                 None => {
                     if let Some(f) = fence_of(body) {
+                        self.flush_block(&mut out);
                         self.fence = Some(f);
                         self.block.push_str(&line);
                     } else if body.trim().is_empty() {
-                        let block = std::mem::take(&mut self.block);
-                        self.draw(&block, &mut out);
-                    } else {
+                        self.flush_block(&mut out);
+                        self.gap = true;
+                    } else if body.trim_start().starts_with('|') {
                         self.block.push_str(&line);
+                    } else {
+                        self.flush_block(&mut out);
+                        self.draw(&line, &mut out);
                     }
                 }
             }
@@ -243,7 +259,7 @@ pub fn render(md: &str) -> String {
                         CodeBlockKind::Indented => String::new(),
                     };
                     w.style("2");
-                    w.text(&format!("╭─ {lang}").trim_end().to_owned());
+                    w.text(format!("╭─ {lang}").trim_end());
                     w.out.push_str("\x1b[22m");
                     w.newline();
                     w.frames.push(Frame::Code);
@@ -390,13 +406,14 @@ mod tests {
         assert_eq!(title, "\x1b[1;4mTitle\x1b[0m\n");
         let first = s.push(" text**\n\n");
         assert_eq!(strip(&first), "\nsome bold text\n");
-        let code = s.push("```rust\nfn main() {}\n\n}\n```\n");
+        let code = s.push("```rust\nfn main() {}\n\n}\n");
         assert_eq!(
             code, "",
             "a blank line inside a fence does not end the block"
         );
-        let rest = s.finish();
-        assert_eq!(strip(&rest), "\n╭─ rust\n│ fn main() {}\n│ \n│ }\n╰─\n");
+        let code = s.push("```\n");
+        assert_eq!(strip(&code), "\n╭─ rust\n│ fn main() {}\n│ \n│ }\n╰─\n");
+        assert_eq!(s.finish(), "");
     }
 
     #[test]

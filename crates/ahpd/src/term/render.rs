@@ -317,11 +317,9 @@ impl Printer {
                 let line = format!("MCP server {} failed: {why}", clean_line(id));
                 self.note(&self.style.yellow(&line));
             }
-            McpServerState::Ready(_) => {
-                if self.failing.remove(id).is_some() {
-                    let line = format!("MCP server {} is ready again", clean_line(id));
-                    self.note(&self.style.dim(&line));
-                }
+            McpServerState::Ready(_) if self.failing.remove(id).is_some() => {
+                let line = format!("MCP server {} is ready again", clean_line(id));
+                self.note(&self.style.dim(&line));
             }
             _ => {}
         }
