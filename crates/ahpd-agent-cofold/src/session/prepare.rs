@@ -106,6 +106,11 @@ impl Core {
         let core = Arc::downgrade(self);
         let observer = Arc::new(move |loaded: &cofold_tools::project::Loaded| {
             if let Some(core) = core.upgrade() {
+                // A session that never read an instruction file says nothing about them.
+                let nothing = loaded.files.is_empty() && loaded.withheld.is_empty();
+                if nothing && !lock(&core.meta).contains_key(crate::project::META_KEY) {
+                    return;
+                }
                 core.set_meta(crate::project::META_KEY, crate::project::meta_value(loaded));
             }
         });
@@ -114,7 +119,6 @@ impl Core {
 
     /// The recorder of the turn's tool calls: each recorded change is published at once.
     fn recorder(self: &Arc<Self>, turn_id: &str) -> cofold_changes::TurnRecorder {
-        self.changes.advertise();
         let core = Arc::downgrade(self);
         self.changes.recorder(
             turn_id,
@@ -128,6 +132,9 @@ impl Core {
 
     /// The turn's and the session's changesets and `_meta` after a change.
     pub(crate) fn changes_published(&self, turn: &str) {
+        // Advertised with the first change, so a session that changes nothing shows no
+        // changesets.
+        self.changes.advertise();
         self.changes.publish(turn);
         self.set_meta(crate::changes::META_KEY, self.changes.meta());
     }
