@@ -1266,10 +1266,14 @@ mod tests {
             Some("once")
         );
         assert_eq!(
-            selected(outcome_for(&ApprovalOutcome::Denied {
+            selected(outcome_for(
+                &ApprovalOutcome::Denied {
                     reason: None,
                     message: None,
-                }, &o)).as_deref(),
+                },
+                &o
+            ))
+            .as_deref(),
             Some("no")
         );
         assert_eq!(selected(outcome_for(&ApprovalOutcome::Cancelled, &o)), None);

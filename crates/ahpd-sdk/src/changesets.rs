@@ -19,10 +19,10 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::session::actor::{Actor, Backend};
 use crate::connection::{Conn, decode, to_json};
 use crate::error::RpcError;
 use crate::session::SessionMsg;
+use crate::session::actor::{Actor, Backend};
 
 /// What a chat's changeset URIs put after the chat's own URI.
 pub const CHANGES_SEGMENT: &str = "/changes/";

@@ -340,8 +340,9 @@ impl Actor {
         }
         let base = self.first_dir();
         let input = req.tool_input.as_ref();
-        let allowed =
-            |rule: &String| crate::session::scopes::allows(rule, &tool_name, input, base.as_deref());
+        let allowed = |rule: &String| {
+            crate::session::scopes::allows(rule, &tool_name, input, base.as_deref())
+        };
         if allow.iter().any(allowed) || self.asks.allowed_for_session().iter().any(allowed) {
             self.apply_chat(
                 chat,
