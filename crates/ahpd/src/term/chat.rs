@@ -964,9 +964,12 @@ mod tests {
         };
         let history = rustyline::history::MemHistory::new();
         let ctx = rustyline::Context::new(&history);
-        let (at, found) = c.complete("/re", 3, &ctx).expect("complete");
+        let (at, found) = c.complete("/res", 4, &ctx).expect("complete");
         assert_eq!(at, 0);
         assert_eq!(found[0].replacement, "/resume ");
+        let (_, found) = c.complete("/re", 3, &ctx).expect("complete");
+        let offered: Vec<&str> = found.iter().map(|p| p.replacement.as_str()).collect();
+        assert_eq!(offered, ["/redo ", "/resume "]);
         let (at, found) = c.complete("read @no", 8, &ctx).expect("complete");
         assert_eq!(at, 5);
         assert_eq!(found[0].replacement, "@notes.txt");
