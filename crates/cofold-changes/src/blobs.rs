@@ -44,7 +44,7 @@ impl Blobs {
                 if path.exists() {
                     return Ok(hash);
                 }
-                std::fs::create_dir_all(dir)?;
+                private_dir(dir)?;
                 let temp = dir.join(format!(".{hash}.{}", std::process::id()));
                 {
                     let mut file = private_file(&temp)?;
@@ -115,4 +115,17 @@ pub(crate) fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
         options.mode(0o600);
     }
     options.open(path)
+}
+
+/// Makes `dir` and any missing parent readable by its owner alone, whatever the umask: the
+/// store holds copies of the person's files.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
 }

@@ -268,7 +268,7 @@ impl Journal {
             path: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::blobs::private_dir(dir).map_err(io)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -166,10 +166,12 @@ fn acp_a_permission_allowed_once_then_one_rejected() {
         "goodbye\n"
     );
     assert!(!work.join("b.txt").exists(), "the rejected write ran");
-    // The model read the refusal (in the engine's words).
+    // The model read the refusal, with the words the editor sent.
     let bodies = ep.chat_bodies();
     assert!(
-        bodies[3]["messages"].to_string().contains("declined"),
+        bodies[3]["messages"]
+            .to_string()
+            .contains("Denied by the person"),
         "{}",
         bodies[3]["messages"]
     );
