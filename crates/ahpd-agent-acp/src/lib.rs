@@ -6,7 +6,7 @@
 //!
 //! # Shape
 //!
-//! - [`plugin`]: the plugin and its engine; a record names a preset or a command.
+//! - [`mod@plugin`]: the plugin and its engine; a record names a preset or a command.
 //! - [`presets`]: the well-known agents, with the variables that keep each one's state in the
 //!   session's state folder and turn its self-update off.
 //! - `agent` and `session`: one child per chat, started with the chat's first turn in its own
