@@ -103,7 +103,7 @@ pub fn tighten_own_files(loc: &Locations) {
         }
     }
     for path in changed {
-        tracing::info!(file = %path.display(), "other users could read this; it is now readable by its owner alone");
+        tracing::debug!(file = %path.display(), "other users could read this; it is now readable by its owner alone");
     }
 }
 
