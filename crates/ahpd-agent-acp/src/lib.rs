@@ -11,7 +11,8 @@
 //!   session's state folder and turn its self-update off.
 //! - `agent` and `session`: one child per chat, started with the chat's first turn in its own
 //!   process group and killed with it when the chat closes; the ACP connection runs over its
-//!   pipes (`connection`), and `mapping` turns its updates into chat actions.
+//!   pipes (`connection`), and `mapping` turns its updates into chat actions. `launch` holds
+//!   what a record's sessions share to start their agents.
 //! - `store`: the host's own record of each conversation's turns.
 //!
 //! Depends on the SDK and never on cofold.
@@ -24,6 +25,7 @@ pub mod record;
 mod child;
 mod connection;
 mod env;
+mod launch;
 mod mapping;
 mod session;
 mod store;

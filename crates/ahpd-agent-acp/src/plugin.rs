@@ -12,7 +12,8 @@ use ahpd_sdk::{Agent, AgentDescriptor};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::agent::{AcpAgent, Launch};
+use crate::agent::AcpAgent;
+use crate::launch::Launch;
 use crate::store::Store;
 
 /// The plugin's package name.

@@ -27,9 +27,9 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::agent::Launch;
 use crate::child::Child;
 use crate::connection::{self, Inbound, Peer};
+use crate::launch::Launch;
 use crate::mapping::TurnMap;
 use crate::store::Conversation;
 

@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::commands::{CompletionItem, CompletionItemKind, SessionConfigValueItem};
+use ahp_types::commands::{
+    CompletionItem, CompletionItemKind, InvokeChangesetOperationResult, SessionConfigValueItem,
+};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
     AgentCapabilities, Customization, Message, PendingMessage, ProtectedResourceMetadata,
@@ -58,6 +60,11 @@ impl AgentDescriptor {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Refusal(pub String);
+
+/// What a changeset operation resolves to: the result, or the sentence the request is refused
+/// with.
+pub type OperationFuture =
+    futures::future::BoxFuture<'static, Result<InvokeChangesetOperationResult, Refusal>>;
 
 impl Refusal {
     /// A refusal with this sentence.
@@ -331,7 +338,7 @@ pub trait Session: Send + 'static {
     fn changeset_operation(
         &mut self,
         _params: ahp_types::commands::InvokeChangesetOperationParams,
-    ) -> Option<crate::changesets::OperationFuture> {
+    ) -> Option<OperationFuture> {
         None
     }
 

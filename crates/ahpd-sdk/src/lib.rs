@@ -100,8 +100,8 @@ pub use transport::peer;
 
 pub use agent::{
     Agent, AgentDescriptor, AgentError, ApprovalOutcome, ApprovalRequest, ClientToolCall, ForkFrom,
-    ForkPoint, InputOutcome, PastSession, Probe, Refusal, Secret, Session, SessionContext,
-    SessionStart, TurnRequest,
+    ForkPoint, InputOutcome, OperationFuture, PastSession, Probe, Refusal, Secret, Session,
+    SessionContext, SessionStart, TurnRequest,
 };
 pub use error::{HostError, RpcError};
 pub use host::{Host, HostBuilder, HostHandle, HostOptions};

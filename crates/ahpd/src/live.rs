@@ -324,7 +324,7 @@ impl Session for TrackedSession {
     fn changeset_operation(
         &mut self,
         params: ahp_types::commands::InvokeChangesetOperationParams,
-    ) -> Option<ahpd_sdk::changesets::OperationFuture> {
+    ) -> Option<ahpd_sdk::OperationFuture> {
         self.with(None, |s| s.changeset_operation(params))
     }
 

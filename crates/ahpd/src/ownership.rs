@@ -78,7 +78,7 @@ pub fn tighten_own_files(loc: &Locations) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if !crate::served::is_daemon_file(&name, None) && name != "mcp.json" {
+        if !crate::locations::is_daemon_file(&name, None) && name != "mcp.json" {
             continue;
         }
         if Some(name.as_os_str()) == base_name {

@@ -18,41 +18,6 @@ use crate::locations::{self, Locations};
 /// The phrase for what `resourceDeny` names.
 const CONFIGURED: &str = "a path the configuration keeps private (resourceDeny)";
 
-/// The files the daemon writes beside its configuration file, for when that file's folder is
-/// one the user chose (`--config-file`) and may be shared with other things. Each also stands
-/// for the files named after it: see [`is_daemon_file`].
-const DAEMON_FILES: &[&str] = &[
-    "vault.json",
-    "token",
-    "sessions.json",
-    "agents",
-    "daemon.json",
-    "daemon.log",
-];
-
-/// Whether `name`, an entry directly in the configuration folder, is one of the daemon's files
-/// (or the configuration file `base_name` itself) or one named after it. `F.<anything>` covers
-/// the rotated logs (`daemon.log.1` …) and a damaged store kept aside
-/// (`sessions.json.corrupt-<millis>`); `.F.<anything>` covers the lock files and the temporary
-/// files an atomic write renames into place (`.token.<id>.tmp`), which hold the same secrets.
-pub fn is_daemon_file(name: &OsStr, base_name: Option<&OsStr>) -> bool {
-    let Some(name) = name.to_str() else {
-        // Every name the daemon writes is UTF-8.
-        return false;
-    };
-    let base = base_name.and_then(OsStr::to_str);
-    DAEMON_FILES.iter().copied().chain(base).any(|own| {
-        let family = |n: &str| {
-            n.strip_prefix(own)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-        };
-        family(name)
-            || name
-                .strip_prefix('.')
-                .is_some_and(|n| family(n) && n != own)
-    })
-}
-
 /// With `--config-file`, the configuration folder and the rule picking the daemon's files in it
 /// by name: their names are only known by pattern, so a list of paths cannot hold them all.
 /// Without it the whole folder is private (see [`private_paths`]) and there is no rule.
@@ -62,7 +27,7 @@ pub fn daemon_files(loc: &Locations) -> Option<(PathBuf, impl Fn(&OsStr) -> bool
     }
     let base = loc.base_file.file_name().map(OsStr::to_owned);
     Some((loc.dir.clone(), move |name: &OsStr| {
-        is_daemon_file(name, base.as_deref())
+        locations::is_daemon_file(name, base.as_deref())
     }))
 }
 
@@ -143,44 +108,4 @@ fn private_kinds(
             .map(|p| (p.clone(), CONFIGURED)),
     );
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_daemons_files_and_those_named_after_them_are_recognised() {
-        let base = Some(OsStr::new("ahpd.json"));
-        for own in [
-            "vault.json",
-            "token",
-            "sessions.json",
-            ".sessions.json.lock",
-            "sessions.json.corrupt-1767225600000",
-            "agents",
-            "daemon.json",
-            "daemon.log",
-            "daemon.log.1",
-            "daemon.log.5",
-            ".token.0123abcd.tmp",
-            ".vault.json.0123abcd.tmp",
-            ".sessions.json.tmp-42-0",
-            "ahpd.json",
-            ".ahpd.json.0123abcd.tmp",
-        ] {
-            assert!(is_daemon_file(OsStr::new(own), base), "{own}");
-        }
-        for other in [
-            "notes.txt",
-            "tokens",
-            "daemon.logbook",
-            ".token",
-            "my-sessions.json",
-            "ahpd.json5",
-            "config.json",
-        ] {
-            assert!(!is_daemon_file(OsStr::new(other), base), "{other}");
-        }
-    }
 }

@@ -33,7 +33,7 @@ impl Session for CofoldSession {
     fn changeset_operation(
         &mut self,
         params: ahp_types::commands::InvokeChangesetOperationParams,
-    ) -> Option<ahpd_sdk::changesets::OperationFuture> {
+    ) -> Option<ahpd_sdk::OperationFuture> {
         self.core.changes.state(&params.channel)?;
         let core = self.core.clone();
         Some(Box::pin(async move {

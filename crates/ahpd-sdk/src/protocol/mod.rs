@@ -1,6 +1,6 @@
 //! Protocol dispatch: what each client request and dispatch does.
 //!
-//! - Requests of a ready connection ([`commands`], [`subscribe`]) are methods of the
+//! - Requests of a ready connection ([`commands`], [`subscribe`], [`changesets`]) are methods of the
 //!   connection's `Conn`: they answer from the host's shared state, the catalogue and the
 //!   resources, or hand the work to a session's task.
 //! - Dispatches on the root channel ([`rootdispatch`]) are applied under the root's lock.
@@ -13,6 +13,7 @@
 //! backend contract) and the connection's helpers for decoding parameters and shaping replies.
 //! Only the connection's reader calls into it.
 
+pub(crate) mod changesets;
 pub(crate) mod client_answers;
 pub(crate) mod client_calls;
 pub(crate) mod client_turns;

@@ -50,7 +50,7 @@ pub(crate) struct Chat {
     /// The changesets of this chat someone watches, as the reducer keeps them.
     pub changesets: HashMap<String, ahp_types::state::ChangesetState>,
     /// Changeset requests waiting for the backend to open.
-    pub changeset_waiting: Vec<crate::changesets::Waiting>,
+    pub changeset_waiting: Vec<crate::session::held::Waiting>,
 }
 
 /// Who waits for `createSession` to finish: the reply, the creator, its progress token.

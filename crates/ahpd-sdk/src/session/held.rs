@@ -1,11 +1,16 @@
-//! The dispatches a session holds until the backends they need are open, in arrival order.
+//! The dispatches a session holds until the backends they need are open, in arrival order,
+//! and the changeset requests held until their chat's backend opens.
 //! The actor queues and releases them through this part only (the rules of holding are in
 //! `parked.rs`).
 
 use std::sync::Arc;
 
+use ahp_types::commands::{InvokeChangesetOperationParams, InvokeChangesetOperationResult};
+use ahp_types::state::Snapshot;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
+use crate::error::RpcError;
 use crate::session::ConnRef;
 
 /// A dispatch waiting for backends to open.
@@ -54,6 +59,34 @@ impl Held {
         match self.queue.first() {
             Some(first) if !waits(first) => Some(self.queue.remove(0)),
             _ => None,
+        }
+    }
+}
+
+/// A changeset request (a subscription or an operation) that waits for its chat's backend to
+/// open.
+pub(crate) enum Waiting {
+    Subscribe {
+        conn: u64,
+        channel: String,
+        reply: oneshot::Sender<Result<Snapshot, RpcError>>,
+    },
+    Operation {
+        params: Box<InvokeChangesetOperationParams>,
+        reply: oneshot::Sender<Result<InvokeChangesetOperationResult, RpcError>>,
+    },
+}
+
+impl Waiting {
+    /// Answers the request with `error`.
+    pub(crate) fn fail(self, error: RpcError) {
+        match self {
+            Waiting::Subscribe { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            Waiting::Operation { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
         }
     }
 }

@@ -13,6 +13,7 @@
 pub(crate) mod actor;
 pub(crate) mod asks;
 pub(crate) mod backend;
+pub(crate) mod changesets;
 pub(crate) mod chats;
 pub(crate) mod coalesce;
 pub(crate) mod config;

@@ -202,27 +202,6 @@ pub async fn load_previews(conn: &Conn, session: &str, ask: &mut Ask, dir: &Path
     ask.previews = previews;
 }
 
-/// The diff with added lines green and removed ones red; the text is cleaned first.
-pub fn colored(diff: &str, style: Style) -> String {
-    clean(diff)
-        .lines()
-        .map(|l| {
-            if l.starts_with("+++") || l.starts_with("---") {
-                style.bold(l)
-            } else if l.starts_with('+') {
-                style.green(l)
-            } else if l.starts_with('-') {
-                style.red(l)
-            } else if l.starts_with("@@") {
-                style.cyan(l)
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Whether the tool's input is a command line rather than JSON.
 fn is_command(ask: &Ask) -> bool {
     ask.tool == "shell_exec"
@@ -261,7 +240,11 @@ fn body_lines(ask: &Ask, style: Style) -> Vec<String> {
         lines.push(style.dim(&format!("input: at {}", clean_line(uri))));
     }
     for p in &ask.previews {
-        lines.extend(colored(p.trim_end(), style).lines().map(str::to_owned));
+        lines.extend(
+            super::screen::colored(p.trim_end(), style)
+                .lines()
+                .map(str::to_owned),
+        );
     }
     lines
 }

@@ -24,7 +24,7 @@ use super::conversation::Conversation;
 use super::questions::{self, Answering, Step};
 use super::render::{Out, Printer, Style, cost_of, usage_line};
 use super::run::{End, end_of, last_session, new_session, session_dir, unanswerable};
-use super::screen::clean_line;
+use super::screen::{self, clean_line};
 use super::{ChatOpts, Conn, MODES, Target, attach, connect, history, runtime, work_dir};
 use crate::commands::CommandError;
 use crate::locations::Locations;
@@ -720,7 +720,7 @@ impl Loop<'_> {
                         .printer
                         .changes
                         .iter()
-                        .map(|d| approve::colored(d.trim_end(), self.style))
+                        .map(|d| screen::colored(d.trim_end(), self.style))
                         .collect::<Vec<_>>()
                         .join("\n");
                     self.printer.note(&all);

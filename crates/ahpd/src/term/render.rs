@@ -282,7 +282,7 @@ impl Printer {
                     for p in &call.previews {
                         self.changes.push(p.clone());
                         if !self.quiet {
-                            let shown = super::approve::colored(p.trim_end(), self.style);
+                            let shown = super::screen::colored(p.trim_end(), self.style);
                             self.note(&shown);
                         }
                     }

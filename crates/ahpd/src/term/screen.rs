@@ -159,6 +159,27 @@ impl Style {
     }
 }
 
+/// The diff with added lines green and removed ones red; the text is cleaned first.
+pub fn colored(diff: &str, style: Style) -> String {
+    clean(diff)
+        .lines()
+        .map(|l| {
+            if l.starts_with("+++") || l.starts_with("---") {
+                style.bold(l)
+            } else if l.starts_with('+') {
+                style.green(l)
+            } else if l.starts_with('-') {
+                style.red(l)
+            } else if l.starts_with("@@") {
+                style.cyan(l)
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

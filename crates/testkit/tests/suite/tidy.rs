@@ -4,16 +4,6 @@ use std::path::Path;
 
 use testkit::tidy::{self, ModuleGraph};
 
-/// Circles the third wave's merges made, each to be broken by moving the shared piece into a
-/// module of its own (see the closing note of the session that merged them). Any other circle,
-/// and any of these that comes back after it is broken, fails the test.
-const KNOWN_CIRCLES: &[&str] = &[
-    "ahpd: config -> token -> ownership -> served -> config",
-    "ahpd: term::approve -> term::render -> term::approve",
-    "ahpd-agent-acp: agent -> session -> agent",
-    "ahpd-sdk: agent -> changesets -> agent",
-];
-
 #[test]
 fn no_crate_has_a_module_circle() {
     let root = tidy::workspace_root().expect("workspace root");
@@ -30,7 +20,6 @@ fn no_crate_has_a_module_circle() {
                 .into_iter()
                 .map(move |c| format!("{}: {}", g.package, c.join(" -> ")))
         })
-        .filter(|c| !KNOWN_CIRCLES.contains(&c.as_str()))
         .collect();
     assert!(
         circles.is_empty(),
