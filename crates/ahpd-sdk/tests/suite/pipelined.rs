@@ -124,3 +124,63 @@ async fn ten_thousand_pipelined_requests_stay_under_the_cap_and_the_rest_are_ref
         }
     }
 }
+
+/// Notifications whose work would have to wait past the cap have no answer to carry the
+/// refusal: a dispatch is refused in its envelope, an `unsubscribe` closes the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_past_the_cap_are_refused_in_the_envelope_or_by_closing() {
+    let hung = "mock:/hung";
+    let th = start_with(ScriptedAgent::new().hanging_create_for(&[hung]), |b| {
+        b.in_flight_cap(2)
+    })
+    .await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(&th.url)
+        .await
+        .expect("connects");
+    let next =
+        |v: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>| -> Option<Value> {
+            match v {
+                Some(Ok(Message::Text(t))) => Some(serde_json::from_str(&t).expect("JSON")),
+                Some(Ok(Message::Close(frame))) => Some(json!({
+                    "closed": frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                })),
+                _ => None,
+            }
+        };
+    let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+        "params": {"protocolVersions": ["1.0.0"], "clientId": "flood"}});
+    ws.send(Message::text(init.to_string())).await.unwrap();
+    loop {
+        let v = next(tokio::time::timeout(PATIENCE, ws.next()).await.unwrap()).unwrap();
+        if v["id"] == "init" {
+            break;
+        }
+    }
+    let chat = ahpd_sdk::util::default_chat_uri(hung);
+    // Two in flight, neither able to finish: the creation hangs, the read waits behind it.
+    for frame in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "createSession", "params": {"channel": hung}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "fetchTurns", "params": {"channel": chat}}),
+        json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {"channel": chat,
+            "clientSeq": 7, "action": {"type": "chat/titleChanged", "title": "t"}}}),
+        json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": chat}}),
+    ] {
+        ws.send(Message::text(frame.to_string())).await.unwrap();
+    }
+    let mut rejected = None;
+    let closed = loop {
+        let v = next(tokio::time::timeout(PATIENCE, ws.next()).await.unwrap())
+            .expect("a close frame before the end");
+        if let Some(closed) = v.get("closed") {
+            break closed.clone();
+        }
+        if v["method"] == "action" {
+            rejected = Some(v["params"].clone());
+        }
+    };
+    let rejected = rejected.expect("the dispatch's envelope came back");
+    assert_eq!(rejected["origin"]["clientSeq"], 7);
+    let reason = rejected["rejectionReason"].as_str().unwrap();
+    assert!(reason.contains("2 requests in flight"), "{reason}");
+    assert_eq!(closed, json!([1008, "more than 2 requests in flight"]));
+}
