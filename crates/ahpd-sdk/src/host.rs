@@ -155,6 +155,20 @@ impl HostBuilder {
         self
     }
 
+    /// Set how many requests one connection may have in flight (see
+    /// [`HostOptions::in_flight_cap`]); zero is taken as one.
+    pub fn in_flight_cap(mut self, n: usize) -> Self {
+        self.options.in_flight_cap = n;
+        self
+    }
+
+    /// Set the bytes of frames one connection may have held back (see
+    /// [`HostOptions::held_bytes`]).
+    pub fn held_bytes(mut self, n: usize) -> Self {
+        self.options.held_bytes = n;
+        self
+    }
+
     /// Set how long a request waiting on an agent or a port may take (see
     /// [`HostOptions::request_timeout`]); zero is taken as one millisecond.
     pub fn request_timeout(mut self, d: Duration) -> Self {
@@ -230,7 +244,11 @@ impl HostBuilder {
                 }
             }
         }
-        let hub = Hub::new(self.options.replay_capacity, self.options.replay_bytes);
+        let hub = Hub::new(
+            self.options.replay_capacity,
+            self.options.replay_bytes,
+            self.options.held_bytes,
+        );
         let shutdown = CancellationToken::new();
         let store = self
             .session_store
@@ -254,6 +272,7 @@ impl HostBuilder {
             shutdown,
             store,
             turns_ended: tokio::sync::watch::channel(0).0,
+            budget_marks: crate::connection::budget::Marks::default(),
             options: self.options,
         });
         let handle = HostHandle { inner };
@@ -327,6 +346,23 @@ pub struct QueueStats {
     pub closed_full: u64,
 }
 
+/// The per-connection bounds of [`HostOptions`] and how close connections came to them.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionStats {
+    /// Requests one connection may have in flight.
+    pub in_flight_cap: usize,
+    /// The most any one connection had in flight.
+    pub in_flight_high_water: usize,
+    /// Requests and notifications refused because their connection was at the cap.
+    pub refused_over_cap: u64,
+    /// Bytes of frames one connection may have held back.
+    pub held_bytes: usize,
+    /// The most bytes any one connection had held back.
+    pub held_high_water: usize,
+    /// Connections closed (code 1013) because what they had held back passed the bound.
+    pub closed_held_full: u64,
+}
+
 impl HostHandle {
     /// The count of turns that have ended in this host, any session, any outcome; it changes
     /// each time one ends. The daemon waits on it to give memory back once work is done.
@@ -377,6 +413,20 @@ impl HostHandle {
             capacity: self.inner.options.outbound_queue.max(1),
             high_water,
             closed_full,
+        }
+    }
+
+    /// What connections have held back and had in flight since the host started.
+    pub fn connection_stats(&self) -> ConnectionStats {
+        let (in_flight_high_water, refused_over_cap) = self.inner.budget_marks.read();
+        let (held_high_water, closed_held_full) = self.inner.hub.held_marks();
+        ConnectionStats {
+            in_flight_cap: self.inner.options.in_flight_cap.max(1),
+            in_flight_high_water,
+            refused_over_cap,
+            held_bytes: self.inner.options.held_bytes,
+            held_high_water,
+            closed_held_full,
         }
     }
 

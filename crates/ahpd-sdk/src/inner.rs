@@ -81,6 +81,8 @@ pub(crate) struct HostInner {
     pub store: Option<Arc<Remembered>>,
     /// How many turns have ended in this host (see [`crate::HostHandle::turn_ends`]).
     pub turns_ended: tokio::sync::watch::Sender<u64>,
+    /// Every connection's in-flight figures (see [`crate::HostHandle::connection_stats`]).
+    pub budget_marks: crate::connection::budget::Marks,
 }
 
 impl Drop for HostInner {

@@ -22,6 +22,16 @@ pub struct HostOptions {
     pub replay_bytes: usize,
     /// Frames queued per connection before it is closed as stalled. Default: 4,096.
     pub outbound_queue: usize,
+    /// Bytes of frames one connection may have held back while a reply that subscribes it is
+    /// built (and of frames it sends before its handshake is answered); past it the
+    /// connection is closed as stalled (1013), as for a full outbound queue. Held frames also
+    /// count against `outbound_queue`, since they go to it at once when released.
+    /// Default: 16 MiB.
+    pub held_bytes: usize,
+    /// Requests one connection may have in flight at once (answered or not yet started behind
+    /// earlier work), `dispatchAction`s and `unsubscribe`s that wait their turn included; one
+    /// more request is answered at once with an error naming the cap. Default: 256.
+    pub in_flight_cap: usize,
     /// Largest inbound frame or line in bytes. Default: 16 MiB.
     pub max_frame_bytes: usize,
     /// How long one frame may take to reach the socket. Default: 10 s.
@@ -72,6 +82,8 @@ impl Default for HostOptions {
             replay_capacity: 10_000,
             replay_bytes: 16 * 1024 * 1024,
             outbound_queue: 4_096,
+            held_bytes: 16 * 1024 * 1024,
+            in_flight_cap: 256,
             max_frame_bytes: 16 * 1024 * 1024,
             write_timeout: Duration::from_secs(10),
             turns_page: 50,

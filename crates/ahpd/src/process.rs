@@ -447,7 +447,7 @@ pub fn restart(loc: &Locations, force: bool) -> Result<(), ProcessError> {
         let busy = runtime()?.block_on(busy_sessions(&record.address, token.as_deref()))?;
         if !busy.is_empty() {
             return Err(ProcessError::Failed(format!(
-                "restart refused: a turn is running in {} (use --force to restart anyway)",
+                "restart refused: a turn is at work in {} (use --force to restart anyway; turns waiting on a person are kept either way)",
                 busy.join(", ")
             )));
         }
@@ -456,7 +456,9 @@ pub fn restart(loc: &Locations, force: bool) -> Result<(), ProcessError> {
     spawn_detached(loc, record.argv, &record.cwd, None)
 }
 
-/// Sessions whose status has the in-progress bit (8).
+/// Sessions with a chat whose turn is at work: the in-progress bit (8) without the rest of
+/// `InputNeeded` (24). A turn waiting on a person is suspended by the graceful stop and asked
+/// again after it, so it does not hold a restart up.
 async fn busy_sessions(address: &str, token: Option<&str>) -> Result<Vec<String>, ProcessError> {
     let client = crate::client::connect(address, token)
         .await
@@ -477,13 +479,7 @@ async fn busy_sessions(address: &str, token: Option<&str>) -> Result<Vec<String>
         .unwrap_or_default();
     Ok(rows
         .iter()
-        .filter(|r| {
-            r.get("status")
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(0)
-                & 8
-                != 0
-        })
+        .filter(|r| at_work(r))
         .filter_map(|r| {
             r.get("resource")
                 .and_then(serde_json::Value::as_str)
@@ -492,9 +488,38 @@ async fn busy_sessions(address: &str, token: Option<&str>) -> Result<Vec<String>
         .collect())
 }
 
+/// Whether a `listSessions` row has a turn at work. The session's status promotes a chat's
+/// `InputNeeded` over another chat's `InProgress`, so the chats' own statuses are read when the
+/// row has them.
+fn at_work(row: &serde_json::Value) -> bool {
+    const IN_PROGRESS: i64 = 8;
+    const INPUT_NEEDED: i64 = 24;
+    let working = |status: Option<i64>| status.is_some_and(|s| s & INPUT_NEEDED == IN_PROGRESS);
+    let status = |v: &serde_json::Value| v.get("status").and_then(serde_json::Value::as_i64);
+    match row.get("chats").and_then(serde_json::Value::as_array) {
+        Some(chats) if chats.iter().any(|c| status(c).is_some()) => {
+            chats.iter().any(|c| working(status(c)))
+        }
+        _ => working(status(row)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_turn_waiting_on_a_person_is_not_at_work() {
+        let row = |v: serde_json::Value| v;
+        assert!(at_work(&row(serde_json::json!({"status": 8}))));
+        assert!(!at_work(&row(serde_json::json!({"status": 24}))));
+        assert!(!at_work(&row(serde_json::json!({"status": 1}))));
+        // One chat waits on a person, another is at work: the session status says 24.
+        assert!(at_work(&row(serde_json::json!({"status": 24,
+            "chats": [{"resource": "a", "status": 24}, {"resource": "b", "status": 8}]}))));
+        assert!(!at_work(&row(serde_json::json!({"status": 24,
+            "chats": [{"resource": "a", "status": 24}, {"resource": "b", "status": 1}]}))));
+    }
 
     #[test]
     fn a_token_on_the_start_line_is_taken_out() {

@@ -510,6 +510,7 @@ pub(crate) async fn build_host(
         .delta_window(Duration::from_millis(settings.delta_window_ms.value))
         .request_timeout(Duration::from_secs(settings.request_timeout_sec.value))
         .loaded_cap(usize::try_from(settings.loaded_session_cap.value).unwrap_or(usize::MAX))
+        .in_flight_cap(usize::try_from(settings.in_flight_request_cap.value).unwrap_or(usize::MAX))
         .idle_unload(Duration::from_secs(settings.idle_unload_sec.value))
         .take_up_unfinished(!run.leave_unfinished)
         .root_meta(meta.clone())

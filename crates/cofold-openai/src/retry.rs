@@ -41,11 +41,21 @@ pub(crate) fn asked_wait(headers: &HeaderMap) -> Option<Duration> {
     .max()
 }
 
+/// A number of seconds a server sent as a wait: none when negative or not a number; one past
+/// what a `Duration` holds (`1e30`, `inf`) is the longest wait there is, which no policy
+/// allows, so the request ends with the sentence saying so instead of a panic.
+fn seconds(secs: f64) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
 /// `Retry-After`: whole (or fractional) seconds, or an HTTP date.
 pub(crate) fn retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let at = httpdate::parse_http_date(v).ok()?;
     Some(
@@ -59,7 +69,7 @@ pub(crate) fn retry_after(value: &str) -> Option<Duration> {
 pub(crate) fn reset_value(value: &str) -> Option<Duration> {
     let v = value.trim();
     if let Ok(n) = v.parse::<f64>() {
-        if !n.is_finite() || n < 0.0 {
+        if n.is_nan() || n < 0.0 {
             return None;
         }
         if n > 1e9 {
@@ -67,9 +77,9 @@ pub(crate) fn reset_value(value: &str) -> Option<Duration> {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .ok()?
                 .as_secs_f64();
-            return Some(Duration::from_secs_f64((n - now).max(0.0)));
+            return seconds((n - now).max(0.0));
         }
-        return Some(Duration::from_secs_f64(n));
+        return seconds(n);
     }
     let mut total = 0f64;
     let mut rest = v;
@@ -92,7 +102,7 @@ pub(crate) fn reset_value(value: &str) -> Option<Duration> {
         total += n * factor;
         rest = &rest[unit_end..];
     }
-    Some(Duration::from_secs_f64(total))
+    seconds(total)
 }
 
 /// Whether an HTTP status is worth another attempt: 408, 409, 425, 429 and the 5xx family.
@@ -129,11 +139,16 @@ impl Tries {
         }
         let wait = match wait {
             Some(w) if w > self.policy.max_wait => {
+                // A wait past what a clock counts is said as such, not as a 20-digit number.
+                let asked = if w == Duration::MAX {
+                    "without end".to_owned()
+                } else {
+                    shown(w)
+                };
                 let message = format!(
-                    "{}; the server asks to wait {} before trying again, longer than the {} this \
-                     provider allows (maxRetryWaitMs)",
+                    "{}; the server asks to wait {asked} before trying again, longer than the {} \
+                     this provider allows (maxRetryWaitMs)",
                     error.message,
-                    shown(w),
                     shown(self.policy.max_wait)
                 );
                 return Err(AgentError { message, ..error });
@@ -180,6 +195,53 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(retry_after("soon"), None);
+    }
+
+    #[test]
+    fn waits_too_long_for_a_duration_are_the_longest_wait_not_a_panic() {
+        for v in ["1e30", "inf", "+infinity", "Infinity", "1.9e19", "1e20"] {
+            assert_eq!(retry_after(v), Some(Duration::MAX), "{v}");
+            assert_eq!(reset_value(v), Some(Duration::MAX), "{v}");
+        }
+        for v in ["NaN", "-inf", "-1e30"] {
+            assert_eq!(retry_after(v), None, "{v}");
+            assert_eq!(reset_value(v), None, "{v}");
+        }
+        assert_eq!(reset_value("99999999999999999999h"), Some(Duration::MAX));
+        assert_eq!(reset_value("1e30s"), None, "not a duration form");
+        // The latest date HTTP dates can say is far, but a Duration holds it.
+        let far = retry_after("Fri, 31 Dec 9999 23:59:59 GMT").expect("a date");
+        assert!(far > Duration::from_secs(200 * 365 * 86_400));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "1e30".parse().expect("value"));
+        assert_eq!(asked_wait(&h), Some(Duration::MAX));
+    }
+
+    #[tokio::test]
+    async fn a_wait_without_end_ends_the_request_with_the_longest_allowed_wait_named() {
+        let policy = RetryPolicy {
+            max_attempts: 3,
+            max_wait: Duration::from_secs(60),
+        };
+        let mut tries = Tries::new(policy);
+        let error = AgentError {
+            retryable: true,
+            ..AgentError::new(ErrorCode::RateLimit, "the server is busy")
+        };
+        let failure = Failure {
+            error,
+            wait: retry_after("1e30"),
+        };
+        let signal = AbortSignal::default();
+        let err = tries
+            .again(failure, "http://127.0.0.1/", &signal)
+            .await
+            .expect_err("no retry after a wait without end");
+        assert_eq!(
+            err.message,
+            "the server is busy; the server asks to wait without end before trying again, longer \
+             than the 60 s this provider allows (maxRetryWaitMs)"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use cofold_agents::error::AgentError;
 use serde::Serialize;
@@ -152,4 +153,53 @@ pub(crate) fn sweep_tombstones(parent: &Path) {
             }
         }
     }
+}
+
+/// How long nothing in a staging folder may have changed before an open takes it for the leftover
+/// of a create or fork that a crash cut short. A create or fork in progress in another process
+/// writes into its staging folder all the time, and a create takes milliseconds, so a folder quiet
+/// this long before the open has no writer left.
+pub(crate) const STAGING_QUIET: Duration = Duration::from_secs(5);
+
+/// Deletes the staging folders in a sessions folder (`%tmp-<pid>-<n>`, where a create or fork
+/// builds a session before renaming it into place) in which nothing changed since `quiet_since`.
+/// Tombstones are [`sweep_tombstones`]' part; temporary files are left to the writes they belong to.
+pub(crate) fn sweep_staging(parent: &Path, quiet_since: SystemTime) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(TEMP_PREFIX) || name.starts_with(TOMBSTONE_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if last_change(&path).is_none_or(|changed| changed >= quiet_since) {
+            continue;
+        }
+        tracing::info!(folder = %path.display(), "deleting the staging folder of a create or fork that did not finish");
+        if let Err(err) = fs::remove_dir_all(&path) {
+            tracing::warn!(folder = %path.display(), error = %err, "cannot delete a staging folder");
+        }
+    }
+}
+
+/// The latest modification time of a folder and everything in it; `None` when one cannot be read.
+fn last_change(path: &Path) -> Option<SystemTime> {
+    let mut latest = fs::symlink_metadata(path).ok()?.modified().ok()?;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).ok()?.flatten() {
+            let meta = entry.metadata().ok()?;
+            latest = latest.max(meta.modified().ok()?);
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Some(latest)
 }

@@ -50,6 +50,7 @@ struct ConnEntry {
     /// is, frames wait in `held` (several may run at once, see `connection`).
     holds: usize,
     held: Vec<Frame>,
+    held_bytes: usize,
 }
 
 struct HubState {
@@ -74,6 +75,12 @@ pub(crate) struct Hub {
     queue_high_water: AtomicUsize,
     /// Connections closed because their outbound queue was full.
     full_closes: AtomicU64,
+    /// Bytes of frames one connection may have held back (see `HostOptions::held_bytes`).
+    held_cap: usize,
+    /// The most bytes any one connection had held back.
+    held_high_water: AtomicUsize,
+    /// Connections closed because what they held back passed `held_cap`.
+    held_closes: AtomicU64,
 }
 
 /// Action types that exist only in protocol 1.0; withheld from 0.9 connections.
@@ -143,8 +150,9 @@ pub(crate) fn notification_frame(method: &str, params: &Value) -> Frame {
 
 impl Hub {
     /// A hub whose replay ring keeps at most `capacity` envelopes weighing at most
-    /// `max_bytes` together (the newest envelope is always kept).
-    pub(crate) fn new(capacity: usize, max_bytes: usize) -> Self {
+    /// `max_bytes` together (the newest envelope is always kept), and that holds back at most
+    /// `held_cap` bytes of frames for one connection.
+    pub(crate) fn new(capacity: usize, max_bytes: usize, held_cap: usize) -> Self {
         Self {
             state: Mutex::new(HubState {
                 seq: 0,
@@ -154,6 +162,9 @@ impl Hub {
             }),
             queue_high_water: AtomicUsize::new(0),
             full_closes: AtomicU64::new(0),
+            held_cap,
+            held_high_water: AtomicUsize::new(0),
+            held_closes: AtomicU64::new(0),
         }
     }
 
@@ -176,6 +187,7 @@ impl Hub {
                 legacy: false,
                 holds: 0,
                 held: Vec::new(),
+                held_bytes: 0,
             },
         );
     }
@@ -256,12 +268,39 @@ impl Hub {
         )
     }
 
+    /// The most bytes any one connection held back, and the connections closed for passing
+    /// the bound.
+    pub(crate) fn held_marks(&self) -> (usize, u64) {
+        (
+            self.held_high_water.load(Ordering::Relaxed),
+            self.held_closes.load(Ordering::Relaxed),
+        )
+    }
+
     fn push(&self, entry: &mut ConnEntry, frame: &Frame) {
-        if entry.holds > 0 {
-            entry.held.push(frame.clone());
+        if entry.holds == 0 {
+            return self.enqueue(entry, frame);
+        }
+        if entry.kill.token().is_cancelled() {
             return;
         }
-        self.enqueue(entry, frame);
+        let bytes = entry.held_bytes + frame.len();
+        // Held frames go to the outbound queue together when released: more than it takes
+        // would close the connection then, so it is closed now, before they pile up further.
+        if bytes > self.held_cap || entry.held.len() >= entry.tx.max_capacity() {
+            self.held_closes.fetch_add(1, Ordering::Relaxed);
+            entry.held = Vec::new();
+            entry.held_bytes = 0;
+            entry
+                .kill
+                .kill(1013, "frames held for a subscription passed the bound");
+            return;
+        }
+        entry.held.push(frame.clone());
+        entry.held_bytes = bytes;
+        if bytes > self.held_high_water.load(Ordering::Relaxed) {
+            self.held_high_water.fetch_max(bytes, Ordering::Relaxed);
+        }
     }
 
     fn enqueue(&self, entry: &mut ConnEntry, frame: &Frame) {
@@ -398,6 +437,7 @@ impl Hub {
             c.holds = c.holds.saturating_sub(1);
             self.enqueue(c, &reply);
             if c.holds == 0 {
+                c.held_bytes = 0;
                 for frame in std::mem::take(&mut c.held) {
                     self.enqueue(c, &frame);
                 }
@@ -490,7 +530,7 @@ mod tests {
 
     #[test]
     fn full_queue_kills_only_that_connection() {
-        let hub = Hub::new(8, usize::MAX);
+        let hub = Hub::new(8, usize::MAX, usize::MAX);
         let (tx_a, mut rx_a) = mpsc::channel(16);
         let (tx_b, _rx_b) = mpsc::channel(1);
         let kill_a = Arc::new(KillSwitch::default());
@@ -515,8 +555,33 @@ mod tests {
     }
 
     #[test]
+    fn frames_held_past_the_byte_bound_close_only_that_connection() {
+        let hub = Hub::new(8, usize::MAX, 100);
+        let (tx, mut rx) = mpsc::channel(16);
+        let kill = Arc::new(KillSwitch::default());
+        hub.add_conn(1, tx, kill.clone());
+        let (tx_other, _rx_other) = mpsc::channel(16);
+        let kill_other = Arc::new(KillSwitch::default());
+        hub.add_conn(2, tx_other, kill_other.clone());
+        hub.hold(1);
+        hub.hold(2);
+        hub.send_to(1, Arc::from("x".repeat(60)));
+        hub.send_to(2, Arc::from("x".repeat(60)));
+        assert!(!kill.token().is_cancelled());
+        hub.send_to(1, Arc::from("y".repeat(60)));
+        assert!(kill.token().is_cancelled());
+        assert_eq!(kill.reason().unwrap().0, 1013);
+        assert!(!kill_other.token().is_cancelled());
+        assert_eq!(hub.held_marks(), (60, 1));
+        // Nothing of what was held reaches the closed connection's queue.
+        hub.release(1, Arc::from("reply"));
+        assert_eq!(&*rx.try_recv().unwrap(), "reply");
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
     fn replay_detects_a_ring_that_no_longer_reaches() {
-        let hub = Hub::new(2, usize::MAX);
+        let hub = Hub::new(2, usize::MAX, usize::MAX);
         for n in 0..5 {
             hub.publish("ahp-root://", &action(n), None);
         }
@@ -533,12 +598,12 @@ mod tests {
     #[test]
     fn the_ring_is_bounded_in_bytes_as_well_as_in_count() {
         let one = {
-            let hub = Hub::new(100, usize::MAX);
+            let hub = Hub::new(100, usize::MAX, usize::MAX);
             hub.publish("ahp-root://", &action(1), None);
             hub.ring_usage().1
         };
         // Room for three envelopes of this size, though the count would allow a hundred.
-        let hub = Hub::new(100, one * 3 + one / 2);
+        let hub = Hub::new(100, one * 3 + one / 2, usize::MAX);
         for n in 0..10 {
             hub.publish("ahp-root://", &action(n), None);
             assert!(hub.ring_usage().1 <= one * 3 + one / 2);
@@ -548,7 +613,7 @@ mod tests {
         assert!(matches!(hub.replay(6, &chans, false), Replay::TooOld));
         assert!(matches!(hub.replay(7, &chans, false), Replay::Actions(a) if a.len() == 3));
         // One envelope heavier than the whole bound is still kept, alone.
-        let tiny = Hub::new(100, 1);
+        let tiny = Hub::new(100, 1, usize::MAX);
         tiny.publish("ahp-root://", &action(1), None);
         tiny.publish("ahp-root://", &action(2), None);
         assert_eq!(tiny.ring_usage().0, 1);

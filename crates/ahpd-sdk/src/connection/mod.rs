@@ -3,8 +3,10 @@
 //!
 //! The reader never waits on a request: the handshake runs as its own task (frames other than
 //! `ping` wait for it), and every later request runs as a task of its own, in the order
-//! `lanes` gives, with the host's request time limit. Notifications are handed to their
-//! session's mailbox at once unless earlier work on that session is still running.
+//! `lanes` gives, with the host's request time limit, up to the connection's cap of work in
+//! flight (`budget`). Notifications are handed to their session's mailbox at once unless
+//! earlier work on that session is still running. The reader does wait on its client: while
+//! more than half of the outbound queue is unread, it reads nothing more.
 //!
 //! This folder is the connection layer: one client's connection from its first frame to its
 //! close. It owns the reader (this module), the handshake, the order requests keep
@@ -12,6 +14,7 @@
 //! request to its handler in `protocol`, and reaches sessions only through their mailboxes
 //! (`session`) and the fan-out in `channels`. Nothing below it names a connection's internals.
 
+pub(crate) mod budget;
 pub(crate) mod handshake;
 pub(crate) mod lanes;
 pub(crate) mod writer;
@@ -26,6 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::channels::hub::{Frame, KillSwitch};
 use crate::channels::root::ROOT;
+use crate::connection::budget::Budget;
 use crate::connection::lanes::Lanes;
 use crate::error::{RpcError, codes};
 use crate::inner::HostInner;
@@ -56,8 +60,9 @@ const ROOT_COMMANDS: &[&str] = &[
 /// Requests that only read a session: they wait for earlier work on it but hold nothing up.
 const READS: &[&str] = &["fetchTurns", "completions"];
 
-/// Frames kept while the handshake runs; a client that sends more before its handshake is
-/// answered loses the rest (requests are answered with an error).
+/// Frames kept while the handshake runs (their bytes count against `HostOptions::held_bytes`
+/// too); a client that sends more before its handshake is answered loses the rest (requests
+/// are answered with an error).
 const WAITING_CAP: usize = 1024;
 
 pub(crate) fn reply_frame(id: &Value, result: Result<Value, RpcError>) -> Frame {
@@ -171,6 +176,7 @@ pub(crate) struct Conn {
     pub(crate) phase: Phase,
     pub(crate) client_id: String,
     pub(crate) version: String,
+    pub(crate) budget: Budget,
 }
 
 // Long: the connection's one loop (frames in, queue out, shutdown, keep-alive) reads best as a
@@ -179,6 +185,10 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
     let id = inner.next_conn_id();
     let (tx, rx) = mpsc::channel(inner.options.outbound_queue.max(1));
     let kill = Arc::new(KillSwitch::default());
+    // The reader looks at how full the queue is (it never sends on this handle); it is
+    // dropped before the writer is awaited, so the writer sees the queue close.
+    let queue = tx.clone();
+    let drained = Arc::new(tokio::sync::Notify::new());
     inner.hub.add_conn(id, tx, kill.clone());
     let closes_on_oversize = peer.writer.closes_on_oversize();
     let label = peer.label.clone();
@@ -188,6 +198,7 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
         rx,
         kill.clone(),
         inner.options.write_timeout,
+        drained.clone(),
     ));
     let mut reader = peer.reader;
     let mut conn = Conn {
@@ -197,10 +208,12 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
         phase: Phase::New,
         client_id: String::new(),
         version: String::new(),
+        budget: Budget::new(inner.options.in_flight_cap),
     };
     let mut lanes = Lanes::default();
     let mut handshake: Option<JoinHandle<Conn>> = None;
     let mut waiting: VecDeque<Msg> = VecDeque::new();
+    let mut waiting_bytes = 0usize;
     let mut peer_closed = false;
     loop {
         tokio::select! {
@@ -218,6 +231,9 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
                 {
                     conn.route(m, &mut lanes, &mut handshake);
                 }
+                if waiting.is_empty() {
+                    waiting_bytes = 0;
+                }
             }
             item = reader.next() => match item {
                 None => {
@@ -233,10 +249,24 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
                     let m = parse(&text);
                     if handshake.is_none() || m.is_ping() {
                         conn.route(m, &mut lanes, &mut handshake);
-                    } else if waiting.len() < WAITING_CAP {
+                    } else if waiting.len() < WAITING_CAP
+                        && waiting_bytes + text.len() <= inner.options.held_bytes
+                    {
+                        waiting_bytes += text.len();
                         waiting.push_back(m);
                     } else if let Msg::Request { id, .. } = m {
                         conn.send(reply_frame(&id, Err(RpcError::invalid_request("too many messages arrived before the handshake was answered"))));
+                    }
+                    // A client that does not read its answers is not read from either: past
+                    // half a queue of unread frames, the next frame waits until the writer has
+                    // made room, so its own answers (refusals included) never fill the queue.
+                    let half = (queue.max_capacity() / 2).max(1);
+                    while queue.capacity() < half && !kill.token().is_cancelled() {
+                        tokio::select! {
+                            _ = drained.notified() => {}
+                            _ = kill.token().cancelled() => {}
+                            _ = inner.shutdown.cancelled() => break,
+                        }
                     }
                 }
             },
@@ -246,6 +276,7 @@ pub(crate) async fn run(inner: Arc<HostInner>, peer: Peer) {
         h.abort();
     }
     conn.finish();
+    drop(queue);
     let _ = writer.await;
     let reason = match kill.reason() {
         Some((code, reason)) => format!("{code} {reason}"),
@@ -357,8 +388,12 @@ impl Conn {
         }
     }
 
-    /// Run a request as its own task, after the work it must follow (see `lanes`).
+    /// Run a request as its own task, after the work it must follow (see `lanes`), unless the
+    /// connection has as many in flight as it may (see `budget`).
     fn spawn_request(&self, id: Value, method: String, params: Value, lanes: &mut Lanes) {
+        let Some(slot) = self.budget.take(&self.inner.budget_marks) else {
+            return self.send(reply_frame(&id, Err(self.budget.refusal())));
+        };
         let channel = params
             .get("channel")
             .and_then(Value::as_str)
@@ -378,6 +413,7 @@ impl Conn {
         });
         let conn = self.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let mut place = place;
             if let Some(p) = place.as_mut() {
                 p.ready().await;
@@ -439,9 +475,29 @@ impl Conn {
                         Err(mpsc::error::TrySendError::Full(m)) => msg = m,
                     }
                 }
+                let Some(slot) = self.budget.take(&self.inner.budget_marks) else {
+                    // The protocol's answer to a dispatch is its envelope: a refused one, so the
+                    // client rolls its optimistic change back.
+                    let origin = ahp_types::actions::ActionOrigin {
+                        client_id: self.client_id.clone(),
+                        client_seq,
+                    };
+                    let action = match msg {
+                        SessionMsg::Dispatch { action, .. } => action,
+                        _ => Value::Null,
+                    };
+                    return self.inner.hub.reject(
+                        self.id,
+                        &channel,
+                        &action.to_string(),
+                        &origin,
+                        &self.budget.sentence(),
+                    );
+                };
                 let mut place = lanes.tail(&key);
                 let inner = self.inner.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     place.ready().await;
                     if let Some(tx) = mailbox(&inner, &channel) {
                         let _ = tx.send(msg).await;
@@ -450,9 +506,15 @@ impl Conn {
                 });
             }
             "unsubscribe" => {
+                let Some(slot) = self.budget.take(&self.inner.budget_marks) else {
+                    // A notification has no answer to carry the refusal; closing is the one
+                    // signal left, and dropping it would leave the client subscribed unawares.
+                    return self.kill.kill(1008, &self.budget.close_reason());
+                };
                 let mut place = lanes.tail(&lanes.key(&self.inner, &channel));
                 let conn = self.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     place.ready().await;
                     conn.unsubscribe(&channel).await;
                     drop(place);

@@ -1,10 +1,11 @@
 //! The writing half of a connection: drains the bounded outbound queue onto the peer, in
-//! batches, and closes it with the code its kill switch names.
+//! batches, and closes it with the code its kill switch names. After each batch it tells the
+//! reader, which stops reading while the queue is more than half full.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::channels::hub::{Frame, KillSwitch};
 use crate::transport::peer::PeerWriter;
@@ -14,6 +15,7 @@ pub(crate) async fn write_loop(
     mut rx: mpsc::Receiver<Frame>,
     kill: Arc<KillSwitch>,
     timeout: Duration,
+    drained: Arc<Notify>,
 ) {
     const CLOSE_GRACE: Duration = Duration::from_secs(1);
     loop {
@@ -40,7 +42,7 @@ pub(crate) async fn write_loop(
                 Some(f) => {
                     tokio::select! {
                         r = tokio::time::timeout(timeout, write_batch(writer.as_mut(), f, &mut rx)) => match r {
-                            Ok(Ok(())) => {}
+                            Ok(Ok(())) => drained.notify_one(),
                             Ok(Err(_)) => {
                                 kill.kill(1006, "connection lost");
                                 return;

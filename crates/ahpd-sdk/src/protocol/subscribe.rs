@@ -88,10 +88,17 @@ impl Conn {
             return self.send(reply_frame(&id, Err(e)));
         }
         self.inner.hub.hold(self.id);
-        let result = self
-            .subscribe_channel(&p.channel)
-            .await
-            .map(|snap| json!({"snapshot": snap}));
+        // The round trip to the session (which may wait for a backend, for a changeset) has
+        // the same limit as any request; a session that answers after it undoes the
+        // subscription, its reply having nowhere to go (see `actor`).
+        let limit = self.limit();
+        let result = match tokio::time::timeout(limit, self.subscribe_channel(&p.channel)).await {
+            Ok(r) => r.map(|snap| json!({"snapshot": snap})),
+            Err(_) => Err(RpcError::timed_out(
+                &format!("subscribing to {}", p.channel),
+                limit,
+            )),
+        };
         self.inner.hub.release(self.id, reply_frame(&id, result));
     }
 }

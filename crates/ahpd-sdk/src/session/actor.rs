@@ -165,7 +165,14 @@ impl Actor {
                 channel,
                 reply,
             } => {
-                let _ = reply.send(self.subscribe(conn, &channel));
+                // The subscriber gave up waiting (its request's time limit): it must not stay
+                // subscribed to a channel it has no snapshot of.
+                if reply.is_closed() {
+                    return false;
+                }
+                if reply.send(self.subscribe(conn, &channel)).is_err() {
+                    self.inner.hub.unsubscribe(conn, &channel);
+                }
             }
             SessionMsg::ChangesetOperation { params, reply } => {
                 self.changeset_operation(*params, reply)

@@ -101,13 +101,21 @@ impl Actor {
             let _ = reply.send(Err(RpcError::session_not_found(&channel)));
             return;
         };
+        // The subscriber gave up waiting for the backend: no subscription without a snapshot.
+        if reply.is_closed() {
+            return;
+        }
         slot.changesets.insert(channel.clone(), state.clone());
         let seq = self.inner.hub.subscribe(conn, &channel);
-        let _ = reply.send(Ok(Snapshot {
+        let undo = channel.clone();
+        let sent = reply.send(Ok(Snapshot {
             resource: channel,
             state: SnapshotState::Changeset(Box::new(state)),
             from_seq: seq as i64,
         }));
+        if sent.is_err() {
+            self.inner.hub.unsubscribe(conn, &undo);
+        }
     }
 
     /// The state kept for a watched changeset.

@@ -11,6 +11,7 @@ mod many_clients;
 mod multihost;
 mod paging;
 mod past_backend;
+mod pipelined;
 mod puppet;
 mod reconnect;
 mod restart;

@@ -19,7 +19,7 @@ pub(super) struct Layer {
     pub(super) tokens: Vec<(&'static str, TokenSetting)>,
     pub(super) delta_window_ms: Option<u64>,
     /// `requestTimeoutSec`, `loadedSessionCap`, `idleUnloadSec`, `headerTimeoutSec`,
-    /// `pendingConnectionCap`, by key.
+    /// `pendingConnectionCap`, `inFlightRequestCap`, by key.
     pub(super) limits: Vec<(&'static str, u64)>,
     pub(super) plugins: Option<Vec<PluginEntry>>,
     pub(super) allowed_origins: Option<Vec<String>>,
@@ -40,6 +40,7 @@ const KNOWN_KEYS: &[&str] = &[
     "idleUnloadSec",
     "headerTimeoutSec",
     "pendingConnectionCap",
+    "inFlightRequestCap",
     "plugins",
     "allowedOrigins",
     "resourceDeny",
@@ -53,6 +54,7 @@ pub(super) const LIMITS: &[(&str, u64, u64)] = &[
     ("idleUnloadSec", 10, 86_400),
     ("headerTimeoutSec", 1, 600),
     ("pendingConnectionCap", 1, 100_000),
+    ("inFlightRequestCap", 1, 100_000),
 ];
 
 /// Reads one file as a JSON object; `Ok(None)` when it is absent and `required` is false.
@@ -147,7 +149,8 @@ pub(super) fn check_layer(file: &Path, map: &Map<String, Value>) -> Result<Layer
             | "loadedSessionCap"
             | "idleUnloadSec"
             | "headerTimeoutSec"
-            | "pendingConnectionCap" => {
+            | "pendingConnectionCap"
+            | "inFlightRequestCap" => {
                 if let Some(&(name, lo, hi)) = LIMITS.iter().find(|(k, _, _)| *k == key.as_str()) {
                     let v = value
                         .as_u64()

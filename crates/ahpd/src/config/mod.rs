@@ -36,6 +36,8 @@ pub const DEFAULT_IDLE_UNLOAD_SEC: u64 = 600;
 pub const DEFAULT_HEADER_TIMEOUT_SEC: u64 = 10;
 /// Default `pendingConnectionCap`.
 pub const DEFAULT_PENDING_CONNECTION_CAP: u64 = 64;
+/// Default `inFlightRequestCap`.
+pub const DEFAULT_IN_FLIGHT_REQUEST_CAP: u64 = 256;
 
 /// A configuration problem; every one exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +160,8 @@ pub struct Settings {
     pub header_timeout_sec: Sourced<u64>,
     /// Connections that may wait at once without having shown the token.
     pub pending_connection_cap: Sourced<u64>,
+    /// Requests one connection may have in flight at once.
+    pub in_flight_request_cap: Sourced<u64>,
     /// The `plugins` array of the files.
     pub plugins: Sourced<Vec<PluginEntry>>,
     /// Web origins whose pages may connect (`allowedOrigins`).
@@ -182,6 +186,7 @@ pub fn load(loc: &Locations) -> Result<Settings, ConfigError> {
         idle_unload_sec: Sourced::default(DEFAULT_IDLE_UNLOAD_SEC),
         header_timeout_sec: Sourced::default(DEFAULT_HEADER_TIMEOUT_SEC),
         pending_connection_cap: Sourced::default(DEFAULT_PENDING_CONNECTION_CAP),
+        in_flight_request_cap: Sourced::default(DEFAULT_IN_FLIGHT_REQUEST_CAP),
         plugins: Sourced::default(Vec::new()),
         allowed_origins: Sourced::default(Vec::new()),
         resource_deny: Sourced::default(Vec::new()),
@@ -249,6 +254,7 @@ impl Settings {
                 "loadedSessionCap" => &mut self.loaded_session_cap,
                 "headerTimeoutSec" => &mut self.header_timeout_sec,
                 "pendingConnectionCap" => &mut self.pending_connection_cap,
+                "inFlightRequestCap" => &mut self.in_flight_request_cap,
                 _ => &mut self.idle_unload_sec,
             };
             set_from(slot, Some(v), file);
@@ -375,6 +381,7 @@ impl Settings {
             ("idleUnloadSec", &self.idle_unload_sec),
             ("headerTimeoutSec", &self.header_timeout_sec),
             ("pendingConnectionCap", &self.pending_connection_cap),
+            ("inFlightRequestCap", &self.in_flight_request_cap),
         ] {
             row(key, Value::from(slot.value), &slot.source);
         }

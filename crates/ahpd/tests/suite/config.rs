@@ -167,4 +167,20 @@ fn the_host_limits_are_read_checked_and_shown() {
     assert_eq!(values["loadedSessionCap"]["value"], 3);
     assert_eq!(values["idleUnloadSec"]["value"], 600);
     assert_eq!(values["idleUnloadSec"]["source"], "default");
+    assert_eq!(values["inFlightRequestCap"]["value"], 256);
+
+    env.write_base(r#"{"inFlightRequestCap": 0}"#);
+    let out = env.run(&["--plugin", ECHO]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!(
+            "ahpd: {}: inFlightRequestCap: must be an integer from 1 to 100000",
+            env.base_file().display()
+        )
+    );
+    env.write_base(r#"{"inFlightRequestCap": 8}"#);
+    let out = env.run(&["config", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["values"]["inFlightRequestCap"]["value"], 8);
 }

@@ -3,6 +3,7 @@
 //! `write_file`; the daemon is stopped with SIGTERM and started again on the same folders; the
 //! client comes back with `reconnect` and its last server sequence, finds both sessions with
 //! their turns and titles and the approval asked again, answers it, and the file is written.
+//! The same holds across `ahpd restart` without `--force`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -344,6 +345,65 @@ fn after_a_graceful_restart_a_reconnecting_client_gets_its_sessions_and_the_pend
         assert_eq!(testkit::tool_pairing_fault(&body), None, "{body}");
     }
     assert_eq!(daemon.stop(), 0);
+}
+
+/// `ahpd restart` without `--force` while a turn waits on a person: it is not refused, and
+/// the question is still there after it, as after a stop and a start.
+#[test]
+fn ahpd_restart_without_force_keeps_the_pending_approval() {
+    let env = Env::new();
+    let work = work(&env);
+    let ep = Endpoint::builder()
+        .strict_tool_pairing()
+        .respond_with(|request| respond(&request.json))
+        .start()
+        .unwrap();
+    let config = json!({
+        "plugins": [{
+            "name": "@ahpd/agent-cofold",
+            "options": { "baseUrl": ep.base_url(), "model": "m" }
+        }]
+    });
+    env.write_base(&config.to_string());
+    let address = || {
+        let record: Value =
+            serde_json::from_str(&std::fs::read_to_string(env.dir().join("daemon.json")).unwrap())
+                .unwrap();
+        let address = record["address"].as_str().unwrap().to_owned();
+        (
+            format!("{address}/?tkn={}", default_token(&env)),
+            record["pid"].clone(),
+        )
+    };
+
+    let out = env.run(&["start", "--port", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (first, first_pid) = address();
+    let before = rt().block_on(first_daemon(&first, &work));
+    let out = env.run(&["restart"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a turn waiting on a person does not refuse the restart: {}",
+        text(&out.stderr)
+    );
+    let (second, second_pid) = address();
+    assert_ne!(first_pid, second_pid, "a new daemon runs");
+    assert!(
+        !work.join("note.txt").exists(),
+        "nothing approved the write"
+    );
+    let runs = statuses(&env);
+    assert!(
+        runs.iter().any(|(_, s)| s == "awaiting"),
+        "the waiting run was suspended, not cancelled: {runs:?}"
+    );
+    rt().block_on(second_daemon(&second, &before, &work));
+    assert_eq!(
+        std::fs::read_to_string(work.join("note.txt")).unwrap(),
+        NOTE
+    );
+    assert_eq!(env.run(&["stop"]).status.code(), Some(0));
 }
 
 async fn second_daemon(address: &str, before: &Before, work: &Path) {

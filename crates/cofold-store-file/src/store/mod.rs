@@ -123,11 +123,20 @@ impl FileStore {
                 tracing::warn!(store = %root.display(), error = %err, "could not check who may read the store")
             }
         }
-        // Sessions whose delete a crash cut short are already gone from sight; free their space.
-        crate::durable::sweep_tombstones(&root.join("sessions"));
+        // Sessions whose delete a crash cut short are already gone from sight, and so are the
+        // sessions a crash stopped before their create or fork renamed them into place: free
+        // their space.
+        let quiet_since = std::time::SystemTime::now()
+            .checked_sub(crate::durable::STAGING_QUIET)
+            .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        let mut parents = vec![root.join("sessions")];
         let workspaces = root.join("workspaces");
         for slug in crate::jsonl::sorted_entries(&workspaces)? {
-            crate::durable::sweep_tombstones(&workspaces.join(slug).join("sessions"));
+            parents.push(workspaces.join(slug).join("sessions"));
+        }
+        for parent in &parents {
+            crate::durable::sweep_tombstones(parent);
+            crate::durable::sweep_staging(parent, quiet_since);
         }
         let inner = Inner {
             root,

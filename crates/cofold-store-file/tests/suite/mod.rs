@@ -6,5 +6,6 @@ mod layout;
 mod locking;
 mod logs;
 mod message_ids;
+mod staging;
 mod support;
 mod with_runs;
