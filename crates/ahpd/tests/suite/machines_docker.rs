@@ -194,10 +194,6 @@ pub fn configure(env: &Env, endpoint: &Endpoint, image: &str, computer: Value) {
         })
         .to_string(),
     );
-    // A copapo file to seed into the machine's state volume.
-    let copapo = env.root.path().join("xdg").join("copapo");
-    std::fs::create_dir_all(&copapo).unwrap();
-    std::fs::write(copapo.join("config.json"), "{}\n").unwrap();
     let out = env.run_with_input(&["vault", "set", "host:modelkey"], KEY);
     assert!(
         out.status.success(),
