@@ -71,7 +71,12 @@ impl Admin {
             .await?
             .into_iter()
             .filter_map(|c| {
-                let id = c.names.as_ref()?.first()?.trim_start_matches('/').to_owned();
+                let id = c
+                    .names
+                    .as_ref()?
+                    .first()?
+                    .trim_start_matches('/')
+                    .to_owned();
                 let labels = c.labels.unwrap_or_default();
                 Some(MachineRow {
                     id,

@@ -93,7 +93,8 @@ pub fn check_machine(conn: &Conn, machine: Option<&str>) -> Result<(), CommandEr
 pub fn new_session(model: Option<&str>, mode: Option<&str>, machine: Option<&str>) -> NewSession {
     let mut new = NewSession::default();
     if let Some(m) = machine {
-        new.config.insert("computer".into(), machine_value(m).into());
+        new.config
+            .insert("computer".into(), machine_value(m).into());
     }
     if let Some(m) = model {
         new.config.insert("model".into(), m.into());

@@ -23,18 +23,25 @@ const QUICK_KEY: &str = "sk-quick-start-7d2e";
 const LOOK: &str = "cat /etc/hostname; cat /etc/ahpd-test-image; readlink /proc/1/exe";
 
 /// The bridge's gateway on this host: a container on the default network reaches a server
-/// listening there.
+/// listening there. An engine that does not report it gives the subnet's first address, the
+/// one it gives its bridge.
 async fn gateway(docker: &Docker) -> IpAddr {
     let bridge = docker
         .inspect_network("bridge", None)
         .await
         .expect("the default bridge network");
-    bridge
-        .ipam
-        .and_then(|i| i.config)
-        .into_iter()
-        .flatten()
-        .find_map(|c| c.gateway?.parse().ok())
+    let configs = bridge.ipam.and_then(|i| i.config).unwrap_or_default();
+    let given = configs
+        .iter()
+        .find_map(|c| c.gateway.as_ref()?.parse().ok());
+    given
+        .or_else(|| {
+            configs.iter().find_map(|c| {
+                let (net, _) = c.subnet.as_ref()?.split_once('/')?;
+                let net: std::net::Ipv4Addr = net.parse().ok()?;
+                Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from(net) + 1)))
+            })
+        })
         .expect("the bridge's gateway")
 }
 
@@ -145,7 +152,10 @@ fn quick_start_run_in_a_machine_leaves_nothing() {
         let work = env.root.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         assert!(!env.root.path().join("xdg").join("copapo").exists());
-        assert!(!Path::new(MARKER).exists(), "this host has the image's marker");
+        assert!(
+            !Path::new(MARKER).exists(),
+            "this host has the image's marker"
+        );
 
         let seen = run_in_box(&env, &endpoint, &work, &[]);
         // Inside: the marker only the image holds, process 1 the machine's init from the
@@ -162,7 +172,10 @@ fn quick_start_run_in_a_machine_leaves_nothing() {
         let here = here.trim();
         let output = tool_output(&seen);
         let name = output.lines().next().unwrap_or_default().trim().to_owned();
-        assert!(!name.is_empty() && name != here, "host name {name:?} is this host's");
+        assert!(
+            !name.is_empty() && name != here,
+            "host name {name:?} is this host's"
+        );
         assert_eq!(
             std::fs::read_to_string(work.join("notes.txt")).unwrap(),
             "written inside\n"
@@ -176,7 +189,10 @@ fn quick_start_run_in_a_machine_leaves_nothing() {
                 .any(|r| r.header("authorization") == Some(&format!("Bearer {QUICK_KEY}")))
         );
         assert!(!seen.contains(QUICK_KEY));
-        assert_eq!(env.files_containing(QUICK_KEY), Vec::<std::path::PathBuf>::new());
+        assert_eq!(
+            env.files_containing(QUICK_KEY),
+            Vec::<std::path::PathBuf>::new()
+        );
         // The command's own host removed its machine as it ended.
         assert_eq!(listed(&env, &endpoint), Vec::<Value>::new());
         let out = ahpd(&env, &endpoint, &["machines", "list"]);
@@ -194,7 +210,10 @@ fn quick_start_run_in_a_machine_leaves_nothing() {
         let id = rows[0]["id"].as_str().unwrap().to_owned();
         let table = text(&ahpd(&env, &endpoint, &["machines", "list"]).stdout);
         assert!(table.starts_with("ID"), "{table}");
-        assert!(table.contains(&id) && table.contains("disposable:box"), "{table}");
+        assert!(
+            table.contains(&id) && table.contains("disposable:box"),
+            "{table}"
+        );
         let out = ahpd(&env, &endpoint, &["machines", "stop", &id]);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert_eq!(listed(&env, &endpoint)[0]["state"], "exited");
