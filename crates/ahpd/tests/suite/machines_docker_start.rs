@@ -8,12 +8,11 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::process::Output;
 
-use bollard::Docker;
 use serde_json::{Value, json};
 use testkit::images::{MARKER, MARKER_TEXT};
 use testkit::{Endpoint, Reply, chunk};
 
-use super::machines_docker::{Guard, engine, glibc_image};
+use super::machines_docker::{Guard, engine, gateway, glibc_image};
 use super::machines_docker_bed::ENGINE;
 use super::support::{Env, rt, text};
 
@@ -21,29 +20,6 @@ const QUICK_KEY: &str = "sk-quick-start-7d2e";
 
 /// What the machine shows: its host name, the image's marker and its process 1's program.
 const LOOK: &str = "cat /etc/hostname; cat /etc/ahpd-test-image; readlink /proc/1/exe";
-
-/// The bridge's gateway on this host: a container on the default network reaches a server
-/// listening there. An engine that does not report it gives the subnet's first address, the
-/// one it gives its bridge.
-async fn gateway(docker: &Docker) -> IpAddr {
-    let bridge = docker
-        .inspect_network("bridge", None)
-        .await
-        .expect("the default bridge network");
-    let configs = bridge.ipam.and_then(|i| i.config).unwrap_or_default();
-    let given = configs
-        .iter()
-        .find_map(|c| c.gateway.as_ref()?.parse().ok());
-    given
-        .or_else(|| {
-            configs.iter().find_map(|c| {
-                let (net, _) = c.subnet.as_ref()?.split_once('/')?;
-                let net: std::net::Ipv4Addr = net.parse().ok()?;
-                Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from(net) + 1)))
-            })
-        })
-        .expect("the bridge's gateway")
-}
 
 /// One turn's replies: look around, write `notes.txt`, say done.
 fn endpoint(at: IpAddr) -> Endpoint {
