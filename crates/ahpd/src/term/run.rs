@@ -83,9 +83,8 @@ pub fn check_machine(conn: &Conn, machine: Option<&str>) -> Result<(), CommandEr
         return Ok(());
     }
     Err(CommandError::Usage(format!(
-        "--machine {}: {} does not run machines; enable @ahpd/computer (ahpd plugin enable @ahpd/computer) and give it a disposable profile",
-        super::screen::clean_line(m),
-        conn.place
+        "--machine {}: this host runs no machines; enable @ahpd/computer (ahpd plugin enable @ahpd/computer) and give it a disposable profile",
+        super::screen::clean_line(m)
     )))
 }
 
