@@ -1,6 +1,13 @@
 //! What cofold asks of a machine it runs in: the `ahpd` part, its configuration as a state
 //! volume seeded from this host's copapo file (or that file bound read-only for machines that
 //! share the host's state), and the variables that point it at its model.
+//!
+//! The model variables default to this host's own `COPAPO_*` (else `COFOLD_*`) values, so the
+//! quick start (three variables, no copapo file) works in a machine too. They travel like every
+//! need value, in the inner start's exec request only, and the inner host withholds the key from
+//! its environment block as any host does. The configuration file is named to the inner host by
+//! [`MACHINE_CONFIG`], which it reads only when the file is there: a host without a copapo file
+//! makes a machine without one, and nothing inside asks for it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +27,16 @@ pub fn copapo_file(env: &Environment) -> PathBuf {
             None => env.home.join(".config").join("copapo").join("config.json"),
         },
     }
+}
+
+/// The variable that names the copapo file a machine carries; read only when the file exists.
+pub const MACHINE_CONFIG: &str = "COFOLD_MACHINE_CONFIG";
+
+/// This host's value of a model variable: `COPAPO_<x>`, else `COFOLD_<x>`, when non-empty.
+fn host_value(env: &Environment, x: &str) -> Option<String> {
+    [format!("COPAPO_{x}"), format!("COFOLD_{x}")]
+        .iter()
+        .find_map(|name| env.vars.get(name).filter(|v| !v.trim().is_empty()).cloned())
 }
 
 fn env_need(var: &str, default: Option<String>) -> MachineNeed {
@@ -64,19 +81,24 @@ pub fn needs(dir: Option<&str>, env: &Environment) -> BTreeMap<String, MachineNe
             target: inside.clone(),
             read_only: true,
         })
-        .required()
         .when(NeedWhen::Host),
     );
     out.insert(
         "cofoldConfigPath".to_owned(),
-        env_need("COPAPO_CONFIG", Some(inside)),
+        env_need(MACHINE_CONFIG, Some(inside)),
     );
     out.insert(
         "cofoldBaseUrl".to_owned(),
-        env_need("COFOLD_BASE_URL", None),
+        env_need("COFOLD_BASE_URL", host_value(env, "BASE_URL")),
     );
-    out.insert("cofoldApiKey".to_owned(), env_need("COFOLD_API_KEY", None));
-    out.insert("cofoldModel".to_owned(), env_need("COFOLD_MODEL", None));
+    out.insert(
+        "cofoldApiKey".to_owned(),
+        env_need("COFOLD_API_KEY", host_value(env, "API_KEY")),
+    );
+    out.insert(
+        "cofoldModel".to_owned(),
+        env_need("COFOLD_MODEL", host_value(env, "MODEL")),
+    );
     out
 }
 
@@ -103,5 +125,33 @@ mod tests {
             panic!("a state need");
         };
         assert_eq!(seed[0].source, "/home/u/.config/copapo/config.json");
+        assert!(!all["cofoldConfig"].required);
+    }
+
+    #[test]
+    fn the_model_variables_default_to_the_hosts_copapo_ones() {
+        let env = Environment {
+            vars: [
+                ("COPAPO_BASE_URL", "http://127.0.0.1:9/v1"),
+                ("COFOLD_BASE_URL", "http://other/v1"),
+                ("COFOLD_API_KEY", "sk-x"),
+                ("COPAPO_MODEL", " "),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            home: PathBuf::from("/home/u"),
+        };
+        let all = needs(Some("/ahpd/cofold"), &env);
+        let default = |need: &str| match &all[need].kind {
+            NeedKind::Env { default, .. } => default.clone(),
+            _ => panic!("an env need"),
+        };
+        assert_eq!(
+            default("cofoldBaseUrl"),
+            Some(Value::String("http://127.0.0.1:9/v1".into()))
+        );
+        assert_eq!(default("cofoldApiKey"), Some(Value::String("sk-x".into())));
+        assert_eq!(default("cofoldModel"), None);
     }
 }

@@ -62,9 +62,16 @@ impl std::fmt::Debug for Copapo {
 
 /// Reads the copapo configuration, with the project file searched from `dir` when given.
 pub fn read_copapo(env: &Environment, dir: Option<&Path>) -> Copapo {
-    let path = match env.var("COPAPO_CONFIG") {
-        Some(p) => PathBuf::from(p),
-        None => match env.var("XDG_CONFIG_HOME") {
+    // In a machine, the file the machine carries, when it carries one: a host with no copapo
+    // file makes a machine without it, configured by the model variables alone.
+    let carried = env
+        .var(crate::machine::MACHINE_CONFIG)
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    let path = match (&carried, env.var("COPAPO_CONFIG")) {
+        (Some(c), _) => c.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => match env.var("XDG_CONFIG_HOME") {
             Some(x) => PathBuf::from(x).join("copapo").join("config.json"),
             None => env.home.join(".config").join("copapo").join("config.json"),
         },
@@ -79,7 +86,7 @@ pub fn read_copapo(env: &Environment, dir: Option<&Path>) -> Copapo {
         cwd,
         env: Some(env.vars.clone()),
         home: Some(env.home.clone()),
-        path: None,
+        path: carried,
         mode: Mode::Lenient,
     });
     match loaded {

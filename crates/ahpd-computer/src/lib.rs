@@ -12,6 +12,7 @@
 //! a container's configuration, a label or a log line. This crate knows nothing of cofold: what
 //! an agent asks of a machine comes through `Agent::machine()`.
 
+mod admin;
 mod binary;
 mod engine;
 mod machines;
@@ -24,8 +25,9 @@ mod seed;
 mod spec;
 mod started;
 
+pub use admin::{Admin, MachineRow};
 pub use binary::{BIN_DIR, Build};
-pub use options::{DEFAULT_IMAGE, Options};
+pub use options::{AtStop, DEFAULT_IMAGE, Options};
 pub use plugin::{ComputerPlugin, PLUGIN_NAME, plugin};
 
 /// Why a machine operation failed; each is one sentence for the person.

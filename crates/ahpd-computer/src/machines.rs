@@ -247,7 +247,7 @@ impl Machines {
         let count = self.list().await?.len();
         if count >= self.opts.max as usize {
             return Err(ComputerError::Limit(format!(
-                "this host already has {} machines, its limit: delete one or raise max",
+                "this host already has {} machines, its limit: `ahpd machines list` shows them, `ahpd machines rm <id>` removes one and `ahpd machines prune` the stopped and disposable ones left; or raise max",
                 self.opts.max
             )));
         }

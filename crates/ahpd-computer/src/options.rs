@@ -41,6 +41,18 @@ pub enum StateMode {
     Host,
 }
 
+/// What a host's stop does with the disposable machines it made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AtStop {
+    /// Kept: the next start holds them for their kept sessions or removes them after their
+    /// delay (a daemon's way).
+    #[default]
+    Keep,
+    /// Removed at once (the way of `ahpd run` and `ahpd chat` with the host in their process).
+    Remove,
+}
+
 /// Whose a profile's state volumes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -136,6 +148,8 @@ pub struct Options {
     pub ahpd_binary: Option<String>,
     #[serde(default = "default_start")]
     pub start_timeout_ms: u64,
+    #[serde(default)]
+    pub disposable_at_stop: AtStop,
 }
 
 /// Where the plugin's options sit in the daemon's configuration, as error sentences name them.
@@ -442,7 +456,8 @@ pub fn schema() -> Value {
             "bodyMounts": { "type": "boolean", "default": false },
             "sessionDefault": { "type": "string", "default": "" },
             "ahpdBinary": { "type": "string", "pattern": "^/" },
-            "startTimeoutMs": { "type": "integer", "minimum": 1, "default": 30000 }
+            "startTimeoutMs": { "type": "integer", "minimum": 1, "default": 30000 },
+            "disposableAtStop": { "enum": ["keep", "remove"], "default": "keep" }
         }
     })
 }

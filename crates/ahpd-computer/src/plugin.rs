@@ -94,7 +94,8 @@ impl Plugin for ComputerPlugin {
             "disposableDelay": 300_000,
             "bodyMounts": false,
             "sessionDefault": "",
-            "startTimeoutMs": 30_000
+            "startTimeoutMs": 30_000,
+            "disposableAtStop": "keep"
         })
     }
 

@@ -24,7 +24,7 @@ use crate::ComputerError;
 use crate::binary::BIN_DIR;
 use crate::machines::{Machines, label};
 use crate::needs;
-use crate::options::StateMode;
+use crate::options::{AtStop, StateMode};
 
 /// Armed removals by machine: a ticket (so a superseded timer knows it) and its task.
 type Timers = Arc<Mutex<HashMap<String, (u64, AbortHandle)>>>;
@@ -40,6 +40,9 @@ pub struct Computers {
     closing: AtomicBool,
     /// The host's agents that run nested, for machines made by a client's write.
     nested: Mutex<Vec<NestedNeeds>>,
+    /// The disposable machines this host made, removed at its stop when `disposableAtStop`
+    /// says so.
+    made: Mutex<BTreeSet<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -57,6 +60,7 @@ impl Computers {
             tickets: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             nested: Mutex::new(Vec::new()),
+            made: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -132,7 +136,8 @@ impl Computers {
     }
 
     /// At the daemon's stop: armed removals are cleared, not fired, and those under way are
-    /// awaited. Nothing is armed afterwards.
+    /// awaited. Nothing is armed afterwards. With `disposableAtStop: remove` the disposable
+    /// machines this host made go now, whoever was in them (their sessions were closed).
     pub async fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
         let armed: Vec<(u64, AbortHandle)> = lock(&self.timers).drain().map(|(_, t)| t).collect();
@@ -140,6 +145,15 @@ impl Computers {
             task.abort();
         }
         let _all_done = self.removing.write().await;
+        if self.m.opts.disposable_at_stop != AtStop::Remove {
+            return;
+        }
+        let made: Vec<String> = std::mem::take(&mut *lock(&self.made)).into_iter().collect();
+        for id in made {
+            if let Err(e) = self.m.remove(&id).await {
+                tracing::warn!(machine = %id, "cannot remove the disposable computer://{id}: {e}");
+            }
+        }
     }
 
     async fn prepare_existing(
@@ -218,6 +232,7 @@ impl Computers {
             spec.labels.insert(label::ALONE.into(), "true".into());
         }
         self.m.make(spec, Some(&profile), &req.needs).await?;
+        lock(&self.made).insert(id.clone());
         Ok(id)
     }
 

@@ -82,6 +82,9 @@ pub enum Command {
     /// Undo (or redo) what a session's turn changed in its folder; a file changed since by
     /// anyone else is left as it is and named.
     Undo(crate::undo::UndoOpts),
+    /// List, stop and remove this daemon's machines (`@ahpd/computer`).
+    #[command(subcommand)]
+    Machines(crate::machine_commands::MachinesCommand),
     /// A machine's main process: reaps orphans and exits on SIGTERM.
     #[command(hide = true)]
     MachineInit,

@@ -22,6 +22,7 @@ mod live;
 mod locations;
 mod logfile;
 mod logs;
+mod machine_commands;
 mod machines;
 mod mcp;
 mod memory;
@@ -206,6 +207,10 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
         Some(Command::Mcp(crate::cli::McpCommand::List { json })) => {
             logs::init("warn");
             Ok(mcp::list(&loc, json)?)
+        }
+        Some(Command::Machines(cmd)) => {
+            logs::init("warn");
+            Ok(machine_commands::machines(&loc, &cmd)?)
         }
         Some(Command::Run(opts)) => {
             logs::init_client(&loc.dir.join("client.log"));

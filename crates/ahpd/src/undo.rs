@@ -272,6 +272,7 @@ pub fn undo(loc: &Locations, opts: &UndoOpts) -> Result<i32, CommandError> {
         let target = Target {
             path: None,
             in_process: opts.in_process,
+            ..Target::default()
         };
         let conn = connect(loc, &target).await?;
         let result = async {

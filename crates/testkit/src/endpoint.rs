@@ -80,6 +80,7 @@ pub struct EndpointBuilder {
     models: VecDeque<Reply>,
     models_list: Value,
     strict_tool_pairing: bool,
+    ip: std::net::IpAddr,
 }
 
 impl Default for EndpointBuilder {
@@ -96,6 +97,7 @@ impl Default for EndpointBuilder {
             models: VecDeque::new(),
             models_list: json!({ "object": "list", "data": [] }),
             strict_tool_pairing: false,
+            ip: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         }
     }
 }
@@ -111,6 +113,13 @@ impl fmt::Debug for EndpointBuilder {
 }
 
 impl EndpointBuilder {
+    /// The local address to listen on instead of loopback (a bridge's gateway, so a container
+    /// on that bridge reaches it); still a port the system picks.
+    pub fn bind(mut self, ip: std::net::IpAddr) -> Self {
+        self.ip = ip;
+        self
+    }
+
     /// The path the routes live under (`/v1` by default; `""` for none).
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.trim_end_matches('/').to_owned();
@@ -174,12 +183,13 @@ impl EndpointBuilder {
         self
     }
 
-    /// Binds `127.0.0.1:0` and starts serving on a thread of its own.
+    /// Binds `127.0.0.1:0` (or the [`EndpointBuilder::bind`] address) and starts serving on a
+    /// thread of its own.
     ///
     /// Callable from sync or async code. Fails only when the loopback socket cannot be bound or
     /// the thread cannot start.
     pub fn start(self) -> std::io::Result<Endpoint> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let listener = std::net::TcpListener::bind((self.ip, 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {

@@ -126,6 +126,11 @@ impl Tar {
     }
 }
 
+/// A file every test image holds and no host does, to prove a command ran inside.
+pub const MARKER: &str = "/etc/ahpd-test-image";
+/// What [`MARKER`] says.
+pub const MARKER_TEXT: &str = "made by testkit::images for ahpd's machine tests\n";
+
 fn base(busybox: &Path) -> io::Result<Tar> {
     let mut t = Tar::new();
     for d in [
@@ -145,6 +150,11 @@ fn base(busybox: &Path) -> io::Result<Tar> {
         0o644,
     )?;
     t.file("etc/group", b"root:x:0:\nagent:x:1000:\n", 0o644)?;
+    t.file(
+        MARKER.trim_start_matches('/'),
+        MARKER_TEXT.as_bytes(),
+        0o644,
+    )?;
     Ok(t)
 }
 

@@ -46,7 +46,7 @@ pub struct Seed {
 }
 
 /// What a need is: exactly one of these keys is present in its JSON form.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum NeedKind {
     /// A host folder bound at `target`.
     Directory {
@@ -85,6 +85,46 @@ pub enum NeedKind {
         /// The program.
         name: String,
     },
+}
+
+// Written out so a variable's default (an agent may default a key from its host's
+// environment) never reaches a log line or a panic message.
+impl std::fmt::Debug for NeedKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NeedKind::Directory {
+                path,
+                target,
+                read_only,
+            } => f
+                .debug_struct("Directory")
+                .field("path", path)
+                .field("target", target)
+                .field("read_only", read_only)
+                .finish(),
+            NeedKind::File {
+                path,
+                target,
+                read_only,
+            } => f
+                .debug_struct("File")
+                .field("path", path)
+                .field("target", target)
+                .field("read_only", read_only)
+                .finish(),
+            NeedKind::Env { name, default } => f
+                .debug_struct("Env")
+                .field("name", name)
+                .field("default", &default.as_ref().map(|_| "<set>"))
+                .finish(),
+            NeedKind::State { target, seed } => f
+                .debug_struct("State")
+                .field("target", target)
+                .field("seed", seed)
+                .finish(),
+            NeedKind::Part { name } => f.debug_struct("Part").field("name", name).finish(),
+        }
+    }
 }
 
 /// One thing an agent asks of a machine.

@@ -78,6 +78,7 @@ pub fn acp(loc: &Locations, opts: &AcpOpts) -> Result<i32, CommandError> {
         target: Target {
             path: Some(cwd.clone()),
             in_process: opts.in_process,
+            ..Target::default()
         },
         conn: OnceCell::new(),
     };

@@ -23,7 +23,9 @@ use super::approve::{self, Ask, Reply};
 use super::conversation::Conversation;
 use super::questions::{self, Answering, Step};
 use super::render::{Out, Printer, Style, cost_of, usage_line};
-use super::run::{End, end_of, last_session, new_session, session_dir, unanswerable};
+use super::run::{
+    End, check_machine, end_of, last_session, new_session, session_dir, unanswerable,
+};
 use super::screen::{self, clean_line};
 use super::{ChatOpts, Conn, MODES, Target, attach, connect, history, runtime, work_dir};
 use crate::commands::CommandError;
@@ -301,6 +303,8 @@ struct Loop<'a> {
     /// Whether the spinner is on screen.
     spinning: Option<usize>,
     model: Option<String>,
+    /// `--machine`, for the sessions `/new` starts.
+    machine: Option<String>,
     /// Sessions listed by `/resume`, to pick one by number.
     picking: Option<Vec<String>>,
     /// Sessions this chat created, and whether each was sent anything.
@@ -318,6 +322,7 @@ pub fn chat(loc: &Locations, opts: &ChatOpts) -> Result<i32, CommandError> {
         let target = Target {
             path: Some(dir.clone()),
             in_process: opts.in_process,
+            keep_machines: opts.keep,
         };
         let conn = connect(loc, &target).await?;
         let result = talk(loc, &conn, opts, &dir).await;
@@ -344,7 +349,12 @@ async fn talk(
     let conv = match uri {
         Some(uri) => Conversation::open(conn, &uri).await?,
         None => {
-            let new = new_session(opts.model.as_deref(), opts.mode.as_deref());
+            check_machine(conn, opts.machine.as_deref())?;
+            let new = new_session(
+                opts.model.as_deref(),
+                opts.mode.as_deref(),
+                opts.machine.as_deref(),
+            );
             let conv = Conversation::create(conn, dir, &new).await?;
             created.push((conv.session.clone(), false));
             conv
@@ -382,6 +392,7 @@ async fn talk(
         shared,
         spinning: None,
         model: opts.model.clone(),
+        machine: opts.machine.clone(),
         picking: None,
         created,
         stopping: false,
@@ -767,7 +778,11 @@ impl Loop<'_> {
             }
             "new" => {
                 let mode = self.conv.setting("permissionMode");
-                let new = new_session(self.model.as_deref(), mode.as_deref());
+                let new = new_session(
+                    self.model.as_deref(),
+                    mode.as_deref(),
+                    self.machine.as_deref(),
+                );
                 self.conv = Conversation::create(self.conn, &self.fallback_dir, &new).await?;
                 self.created.push((self.conv.session.clone(), false));
                 self.header();

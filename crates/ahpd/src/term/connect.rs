@@ -32,6 +32,9 @@ pub struct Target {
     pub path: Option<PathBuf>,
     /// Build the host in this process even when a daemon runs.
     pub in_process: bool,
+    /// A host built here keeps the disposable machines it made when it stops; by default it
+    /// removes them, as nothing would hold or time them afterwards.
+    pub keep_machines: bool,
 }
 
 /// A host kept alive inside this process.
@@ -206,6 +209,16 @@ async fn embedded(loc: &Locations, target: &Target) -> Result<Conn, CommandError
     let planned = crate::plugins::plan(&settings, None, &loc.dir)?;
     if !planned.iter().any(|c| c.enabled) {
         run.plugins = vec![DEFAULT_PLUGIN.to_owned()];
+    }
+    if !target.keep_machines
+        && planned
+            .iter()
+            .any(|c| c.enabled && c.name == ahpd_computer::PLUGIN_NAME)
+    {
+        run.plugin_options.push(format!(
+            "{}.disposableAtStop=remove",
+            ahpd_computer::PLUGIN_NAME
+        ));
     }
     settings.apply_flags(&run)?;
     let (host, live) = crate::serve::build_host(loc, &settings, &run, &vault)

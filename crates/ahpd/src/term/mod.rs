@@ -25,7 +25,7 @@ use std::path::PathBuf;
 pub use chat::chat;
 pub use connect::{Conn, Target, connect, runtime, work_dir};
 pub use run::run;
-pub use screen::{ColorChoice, clean};
+pub use screen::{ColorChoice, clean, clean_line};
 pub use sessions::sessions;
 
 /// The permission modes `--mode` takes.
@@ -86,6 +86,14 @@ pub struct RunOpts {
     /// Show the model's reasoning, dimmed, on standard error.
     #[arg(long)]
     pub show_reasoning: bool,
+    /// Run the session in a machine: a disposable one of this `@ahpd/computer` profile
+    /// (`disposable:<profile>` and `computer://<id>` are taken as they are).
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["session", "continue_last", "last"])]
+    pub machine: Option<String>,
+    /// Keep the disposable machine this command's own host made when it ends (a daemon's go
+    /// after their delay anyway).
+    #[arg(long)]
+    pub keep: bool,
     /// Run the host in this process even when a daemon runs.
     #[arg(long)]
     pub in_process: bool,
@@ -132,6 +140,14 @@ pub struct ChatOpts {
     /// Show the model's reasoning, dimmed.
     #[arg(long)]
     pub show_reasoning: bool,
+    /// Run the session in a machine: a disposable one of this `@ahpd/computer` profile
+    /// (`disposable:<profile>` and `computer://<id>` are taken as they are).
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["session", "continue_last", "last"])]
+    pub machine: Option<String>,
+    /// Keep the disposable machine this command's own host made when it ends (a daemon's go
+    /// after their delay anyway).
+    #[arg(long)]
+    pub keep: bool,
     /// Run the host in this process even when a daemon runs.
     #[arg(long)]
     pub in_process: bool,

@@ -59,9 +59,42 @@ pub fn session_dir(conv: &Conversation, fallback: &Path) -> PathBuf {
         .unwrap_or_else(|| fallback.to_path_buf())
 }
 
+/// The `computer` value `--machine` names: a profile's disposable machine, or a value as it is.
+pub fn machine_value(machine: &str) -> String {
+    if machine.starts_with("computer://") || machine.starts_with("disposable:") {
+        machine.to_owned()
+    } else {
+        format!("disposable:{machine}")
+    }
+}
+
+/// Refuses `--machine` on a host without `@ahpd/computer`, which would otherwise ignore it
+/// and run the session's tools on this host.
+pub fn check_machine(conn: &Conn, machine: Option<&str>) -> Result<(), CommandError> {
+    let Some(m) = machine else { return Ok(()) };
+    let offered = conn
+        .root
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get("ahpd.resourceProviders"))
+        .and_then(|p| p.get("computer"))
+        .is_some();
+    if offered {
+        return Ok(());
+    }
+    Err(CommandError::Usage(format!(
+        "--machine {}: this host runs no machines; enable @ahpd/computer (ahpd plugin enable @ahpd/computer) and give it a disposable profile",
+        super::screen::clean_line(m)
+    )))
+}
+
 /// The settings a new session starts with.
-pub fn new_session(model: Option<&str>, mode: Option<&str>) -> NewSession {
+pub fn new_session(model: Option<&str>, mode: Option<&str>, machine: Option<&str>) -> NewSession {
     let mut new = NewSession::default();
+    if let Some(m) = machine {
+        new.config
+            .insert("computer".into(), machine_value(m).into());
+    }
     if let Some(m) = model {
         new.config.insert("model".into(), m.into());
     }
@@ -201,6 +234,7 @@ pub fn run(loc: &Locations, opts: &RunOpts) -> Result<i32, CommandError> {
         let target = Target {
             path: Some(dir.clone()),
             in_process: opts.in_process,
+            keep_machines: opts.keep,
         };
         let conn = connect(loc, &target).await?;
         tracing::debug!(place = %conn.place, "connected");
@@ -564,7 +598,12 @@ async fn open_conversation(
             conv
         }
         None => {
-            let new = new_session(opts.model.as_deref(), opts.mode.as_deref());
+            check_machine(conn, opts.machine.as_deref())?;
+            let new = new_session(
+                opts.model.as_deref(),
+                opts.mode.as_deref(),
+                opts.machine.as_deref(),
+            );
             Conversation::create(conn, dir, &new).await?
         }
     })

@@ -20,6 +20,7 @@ pub fn sessions(loc: &Locations, opts: &SessionsOpts) -> Result<i32, CommandErro
         let target = Target {
             path: None,
             in_process: opts.in_process,
+            ..Target::default()
         };
         let conn = connect(loc, &target).await?;
         let result = match opts.action.clone().unwrap_or(SessionsAction::List) {

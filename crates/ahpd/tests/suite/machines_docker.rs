@@ -7,6 +7,7 @@
 //! when the test ends, even after a panic.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,29 @@ pub async fn glibc_image(docker: &Docker) -> String {
     let busybox = testkit::images::busybox(&cache).expect("a static busybox");
     let fs = testkit::images::glibc_rootfs(&busybox, Path::new(BIN)).expect("root filesystem");
     import(docker, "ahpd-test/glibc", fs, None).await
+}
+
+/// The bridge's gateway on this host: a container on the default network reaches a server
+/// listening there. An engine that does not report it gives the subnet's first address, the
+/// one it gives its bridge.
+pub async fn gateway(docker: &Docker) -> IpAddr {
+    let bridge = docker
+        .inspect_network("bridge", None)
+        .await
+        .expect("the default bridge network");
+    let configs = bridge.ipam.and_then(|i| i.config).unwrap_or_default();
+    let given = configs
+        .iter()
+        .find_map(|c| c.gateway.as_ref()?.parse().ok());
+    given
+        .or_else(|| {
+            configs.iter().find_map(|c| {
+                let (net, _) = c.subnet.as_ref()?.split_once('/')?;
+                let net: std::net::Ipv4Addr = net.parse().ok()?;
+                Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from(net) + 1)))
+            })
+        })
+        .expect("the bridge's gateway")
 }
 
 /// Removes every container and volume a test daemon made, even after a panic.
@@ -194,10 +218,6 @@ pub fn configure(env: &Env, endpoint: &Endpoint, image: &str, computer: Value) {
         })
         .to_string(),
     );
-    // A copapo file to seed into the machine's state volume.
-    let copapo = env.root.path().join("xdg").join("copapo");
-    std::fs::create_dir_all(&copapo).unwrap();
-    std::fs::write(copapo.join("config.json"), "{}\n").unwrap();
     let out = env.run_with_input(&["vault", "set", "host:modelkey"], KEY);
     assert!(
         out.status.success(),
@@ -257,7 +277,7 @@ fn disposable_session_runs_its_tools_in_a_container() {
         let image = glibc_image(&docker).await;
         let endpoint = Endpoint::builder()
             .reply(Reply::stream([
-                chunk::tool_call(0, Some("c1"), Some("shell_exec"), &json!({ "command": "cat /etc/hostname; ls /" }).to_string()),
+                chunk::tool_call(0, Some("c1"), Some("shell_exec"), &json!({ "command": "cat /etc/hostname; cat /etc/ahpd-test-image; readlink /proc/1/exe; ls /" }).to_string()),
                 chunk::finish("tool_calls"),
             ]))
             .reply(Reply::stream([
@@ -266,10 +286,12 @@ fn disposable_session_runs_its_tools_in_a_container() {
             ]))
             .reply(Reply::stream([chunk::text("done"), chunk::finish("stop")]))
             .models(["m1"])
+            // On the default bridge network, where the host's loopback is not the machine's.
+            .bind(gateway(&docker).await)
             .start()
             .expect("endpoint");
         let env = Env::new();
-        configure(&env, &endpoint, &image, json!({}));
+        configure(&env, &endpoint, &image, json!({ "network": "bridge" }));
         let _guard = Guard { docker: docker.clone(), host_id_file: env.dir().join("host-id") };
         let work = env.root.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
@@ -302,7 +324,15 @@ fn disposable_session_runs_its_tools_in_a_container() {
         let actions = turn_actions(&client, &chat, "t1").await;
         let text = serde_json::to_string(&actions).unwrap();
         assert!(text.contains("chat/turnComplete"), "{text}\nlog:\n{}", daemon.log_text());
+        // Facts this host cannot show: the machine's own host name (not this host's, as the
+        // network is not the host's), the image's marker, and process 1 being the machine's init
+        // from the mounted build (a pid namespace of its own).
+        let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_ne!(hostname, here.trim());
         assert!(text.contains(&hostname), "the command's output shows the container's host name {hostname}: {text}");
+        assert!(!Path::new(testkit::images::MARKER).exists());
+        assert!(text.contains(testkit::images::MARKER_TEXT.trim()), "the image's marker: {text}");
+        assert!(text.contains("/opt/ahpd/bin/ahpd-"), "process 1 is the machine's init: {text}");
         assert!(text.contains("opt"), "ls / inside lists /opt (the build's folder): {text}");
         assert_eq!(std::fs::read_to_string(work.join("notes.txt")).unwrap(), "written inside\n");
 

@@ -32,7 +32,7 @@ pub struct Bed {
 
 /// The engine's container names are global, and the cases name their machines alike (`box`),
 /// so the tests that use a bed take the engine one at a time.
-static ENGINE: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+pub static ENGINE: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
     std::sync::LazyLock::new(Default::default);
 
 /// A scripted endpoint that answers `shell_exec` of `command` once, then `done` forever.

@@ -115,6 +115,10 @@ fn case_45_agent_user_state_volume_disposable_delay_and_adoption() {
         let Some(mut bed) = Bed::start(shell_endpoint("true"), Some(&image), options).await else {
             return;
         };
+        // A copapo file, so there is a seed whose owner to check.
+        let copapo = bed.env.root.path().join("xdg").join("copapo");
+        std::fs::create_dir_all(&copapo).unwrap();
+        std::fs::write(copapo.join("config.json"), "{}\n").unwrap();
         let (first, computer) = bed.session("disposable:box", None).await;
         let a = computer.strip_prefix("computer://").unwrap().to_owned();
         let (owner, _) = exec(

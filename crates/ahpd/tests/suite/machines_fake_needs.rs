@@ -64,7 +64,10 @@ fn case_13_cofold_state_volume_and_copapo_variable() {
             !binds.iter().any(|b| b.contains("/ahpd/cofold/config.json")),
             "{binds:?}"
         );
-        assert!(last_exec_env(&rig).contains(&"COPAPO_CONFIG=/ahpd/cofold/config.json".to_owned()));
+        assert!(
+            last_exec_env(&rig)
+                .contains(&"COFOLD_MACHINE_CONFIG=/ahpd/cofold/config.json".to_owned())
+        );
         drop(daemon);
 
         let rig = cofold_rig(json!({ "profiles": { "cofold": disposable(json!({})) } }));
@@ -80,7 +83,7 @@ fn case_13_cofold_state_volume_and_copapo_variable() {
         assert!(
             !last_exec_env(&rig)
                 .iter()
-                .any(|v| v.starts_with("COPAPO_CONFIG="))
+                .any(|v| v.starts_with("COFOLD_MACHINE_CONFIG="))
         );
     });
 }

@@ -283,7 +283,7 @@ fn case_07_max_holds_under_concurrent_writes() {
             refused,
             vec![(
                 -32011,
-                "this host already has 2 machines, its limit: delete one or raise max".to_owned()
+                "this host already has 2 machines, its limit: `ahpd machines list` shows them, `ahpd machines rm <id>` removes one and `ahpd machines prune` the stopped and disposable ones left; or raise max".to_owned()
             )]
         );
         assert_eq!(rig.engine.containers().len(), 2);

@@ -188,6 +188,75 @@ fn case_24_inner_cofold_calls_the_model_with_the_key() {
     });
 }
 
+/// The quick start in a machine: the model configured by the three copapo variables alone, no
+/// copapo file anywhere, no needs in the options. The inner cofold reaches the model with the
+/// key, and the key shows in the exec request only, not in the machine or the log.
+#[test]
+fn case_24_the_quick_start_variables_reach_the_inner_cofold() {
+    rt().block_on(async {
+        const QUICK_KEY: &str = "sk-quick-24b";
+        let endpoint = Endpoint::builder()
+            .reply(Reply::stream([
+                chunk::text("quick start inside"),
+                chunk::finish("stop"),
+            ]))
+            .models(["m1"])
+            .start()
+            .unwrap();
+        let rig = Rig::new();
+        rig.configure_plugins(
+            rig.options(json!({ "profiles": { "cofold": { "disposable": true } } })),
+            true,
+        );
+        assert!(!rig.copapo().exists());
+        let base = endpoint.base_url();
+        let (daemon, client) = rig
+            .start_with(
+                "c24b.log",
+                "debug",
+                &[
+                    ("COPAPO_BASE_URL", base.as_str()),
+                    ("COPAPO_API_KEY", QUICK_KEY),
+                    ("COPAPO_MODEL", "m1"),
+                ],
+            )
+            .await;
+        let (uri, r) = create_session(
+            &client,
+            "cofold",
+            json!({ "computer": "disposable:cofold" }),
+            None,
+        )
+        .await;
+        assert!(r.is_ok(), "{:?}\n{}", rpc(&r), daemon.log_text());
+        let seen = turn(&client, &uri, "t1", "say something").await;
+        let text = serde_json::to_string(&seen).unwrap();
+        assert!(
+            text.contains("quick start inside"),
+            "{seen:#?}\n{}",
+            daemon.log_text()
+        );
+        assert!(!text.contains("was asked for"), "{text}");
+        let reqs = endpoint.chat_requests();
+        assert!(
+            reqs.iter()
+                .any(|r| r.header("authorization") == Some(&format!("Bearer {QUICK_KEY}"))),
+            "{reqs:?}"
+        );
+        let env = rig.exec_bodies().last().unwrap()["Env"].clone();
+        assert!(
+            env.as_array()
+                .unwrap()
+                .contains(&json!(format!("COFOLD_API_KEY={QUICK_KEY}"))),
+            "{env}"
+        );
+        for create in rig.creates() {
+            assert!(!create.to_string().contains(QUICK_KEY), "{create}");
+        }
+        assert!(!daemon.log_text().contains(QUICK_KEY));
+    });
+}
+
 #[test]
 fn case_26_a_stop_during_an_inner_turn_is_one_cancellation() {
     rt().block_on(async {

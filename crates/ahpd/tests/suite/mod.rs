@@ -10,6 +10,8 @@ mod machines_docker;
 mod machines_docker_bed;
 mod machines_docker_cases;
 mod machines_docker_life;
+mod machines_docker_start;
+mod machines_fake_cli;
 mod machines_fake_life;
 mod machines_fake_needs;
 mod machines_fake_past;
