@@ -150,10 +150,7 @@ pub fn get(loc: &Locations, name: &str, as_json: bool) -> Result<i32, ConfigErro
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            println!(
-                "  {k}: {}",
-                crate::undo::printable(&shown).replace('\n', " ")
-            );
+            println!("  {k}: {}", printable(&shown).replace('\n', " "));
         }
     }
     Ok(0)
@@ -179,9 +176,8 @@ pub fn list(loc: &Locations, as_json: bool) -> Result<i32, ConfigError> {
 
 /// A server's line: name, kind, command or URL, state (with tools and reason).
 fn line_of(row: &Value) -> String {
-    let text = |k: &str| {
-        crate::undo::printable(row.get(k).and_then(Value::as_str).unwrap_or("")).replace('\n', " ")
-    };
+    let text =
+        |k: &str| printable(row.get(k).and_then(Value::as_str).unwrap_or("")).replace('\n', " ");
     // Names, commands and reasons come from a file and from servers: never raw to a terminal.
     let mut line = format!("{}\t{}\t{}", text("name"), text("type"), text("target"));
     match row.get("status").and_then(Value::as_str) {
@@ -197,4 +193,18 @@ fn line_of(row: &Value) -> String {
         None => line.push_str("\t(the daemon is not running)"),
     }
     line
+}
+
+/// A line safe for a terminal: control characters (escape sequences among them, and line
+/// breaks) shown as `\u{…}` rather than sent.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
