@@ -135,6 +135,12 @@ pub enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// Add the servers of a Claude Code `.mcp.json` or settings file (`mcpServers`) or of VS
+    /// Code's `mcp.json` (`servers`); names already configured are left as they are.
+    Import {
+        /// The file to read.
+        file: PathBuf,
+    },
 }
 
 /// `ahpd mcp add`.

@@ -214,6 +214,7 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
                 McpCommand::Remove { name } => Ok(mcp_edit::remove(&loc, &name)?),
                 McpCommand::Enable { name } => Ok(mcp_edit::set_enabled(&loc, &name, true)?),
                 McpCommand::Disable { name } => Ok(mcp_edit::set_enabled(&loc, &name, false)?),
+                McpCommand::Import { file } => Ok(mcp_edit::import(&loc, &file)?),
             }
         }
         Some(Command::Run(opts)) => {

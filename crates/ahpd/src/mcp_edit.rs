@@ -251,3 +251,73 @@ pub fn set_enabled(loc: &Locations, name: &str, on: bool) -> Result<i32, Command
     }
     Ok(0)
 }
+
+/// VS Code writes a variable as `${env:NAME}`; the daemon reads `${NAME}`.
+fn from_vscode(value: &mut Value) {
+    match value {
+        Value::String(s) => *s = s.replace("${env:", "${"),
+        Value::Array(items) => items.iter_mut().for_each(from_vscode),
+        Value::Object(map) => map.values_mut().for_each(from_vscode),
+        _ => {}
+    }
+}
+
+/// `ahpd mcp import FILE`: the servers of a Claude Code `.mcp.json` or settings file
+/// (`mcpServers`) or of VS Code's `mcp.json` (`servers`) added to the base file. A name already
+/// configured is left as it is; an entry the daemon would fail is left out, said with its
+/// reason (exit code 2 when any was).
+pub fn import(loc: &Locations, file: &std::path::Path) -> Result<i32, CommandError> {
+    let shown = file.display().to_string();
+    if file.extension().is_some_and(|e| e == "toml") {
+        return Err(CommandError::Usage(format!(
+            "{shown}: reading a Codex config.toml is not built yet; write its [mcp_servers.*] entries as JSON in mcpServers (the daemon reads Codex's keys)"
+        )));
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CommandError::Usage(format!("{shown}: cannot read it: {e}")))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| CommandError::Usage(format!("{shown}: is not JSON: {e}")))?;
+    let (found, vscode) = match (value.get("mcpServers"), value.get("servers")) {
+        (Some(Value::Object(s)), _) => (s.clone(), false),
+        (None, Some(Value::Object(s))) => (s.clone(), true),
+        _ => {
+            return Err(CommandError::Usage(format!(
+                "{shown}: holds neither mcpServers (Claude Code) nor servers (VS Code)"
+            )));
+        }
+    };
+    let mut left_out = 0;
+    let mut added = Vec::new();
+    edit(loc, |servers| {
+        for (name, mut entry) in found {
+            if vscode {
+                from_vscode(&mut entry);
+            }
+            if servers.contains_key(&name) {
+                eprintln!("ahpd: {shown}: {name} is already configured; left as it is");
+                continue;
+            }
+            match check_entry(&name, &entry) {
+                Ok(_) => {
+                    servers.insert(name.clone(), entry);
+                    added.push(name);
+                }
+                Err(e) => {
+                    left_out += 1;
+                    eprintln!("ahpd: {shown}: {e} (left out)");
+                }
+            }
+        }
+        Ok(!added.is_empty())
+    })?;
+    if added.is_empty() {
+        println!("no server was added from {shown}");
+    } else {
+        println!(
+            "added {} from {shown} to {}; {RESTART_HINT}",
+            added.join(", "),
+            loc.base_file.display()
+        );
+    }
+    Ok(if left_out > 0 { 2 } else { 0 })
+}

@@ -388,3 +388,49 @@ fn the_daemons_stop_ends_a_stdio_servers_whole_tree() {
     assert_eq!(daemon.stop(), 0);
     assert!(marked(&marker).is_empty(), "{:?}", marked(&marker));
 }
+
+#[test]
+fn mcp_import_reads_claude_codes_and_vs_codes_files() {
+    let env = Env::new();
+    env.write_base(r#"{"port": 0, "mcpServers": {"time": {"command": "uvx"}}}"#);
+    let claude = env.root.path().join(".mcp.json");
+    std::fs::write(
+        &claude,
+        json!({"mcpServers": {
+            "api": {"type": "sse", "url": "${API_BASE_URL:-https://api.example.com}/sse",
+                    "headers": {"Authorization": "Bearer ${API_KEY}"}},
+            "time": {"command": "other"},
+            "typo": {"command": "x", "comand": "y"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let out = env.run(&["mcp", "import", claude.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("mcpServers.typo.comand"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("time is already configured"),
+        "{}",
+        text(&out.stderr)
+    );
+    let vscode = env.root.path().join("mcp.json");
+    std::fs::write(
+        &vscode,
+        json!({"servers": {"gh": {"type": "stdio", "command": "npx", "env": {"T": "${env:GH_TOKEN}"}}}})
+            .to_string(),
+    )
+    .unwrap();
+    let out = env.run(&["mcp", "import", vscode.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.base_file()).unwrap()).unwrap();
+    assert_eq!(written["mcpServers"]["time"], json!({"command": "uvx"}));
+    assert_eq!(written["mcpServers"]["api"]["type"], "sse");
+    assert_eq!(written["mcpServers"]["gh"]["env"]["T"], "${GH_TOKEN}");
+    assert!(written["mcpServers"].get("typo").is_none());
+    assert_eq!(mode(&env.base_file()), 0o600);
+}
