@@ -95,52 +95,56 @@ impl Launch {
     }
 
     /// The daemon's MCP servers as the agent takes them: HTTP ones only when it says it can
-    /// reach them; a server whose secret cannot be read is left out, with a warning.
+    /// reach them; a disabled server is left out, and so is one that cannot be started here
+    /// (a wrong entry, an unreadable secret, an unset variable), with a warning.
     pub fn mcp_servers(&self, caps: &acp::McpCapabilities) -> Vec<acp::McpServer> {
-        use ahpd_mcp::spec::{SecretValue, Transport};
+        use ahpd_mcp::Target;
         let Some(hub) = &self.mcp else {
             return Vec::new();
         };
-        let read = |v: &SecretValue| -> Option<String> {
-            match v {
-                SecretValue::Literal(s) => Some(s.clone()),
-                SecretValue::Secret(name) => match self.secrets.read(name) {
-                    Ok(s) => Some(s.expose().to_owned()),
-                    Err(e) => {
-                        tracing::warn!("an MCP server is not offered to the agent: {e}");
-                        None
-                    }
-                },
-            }
-        };
+        let reader = self.secrets.clone();
+        let secrets: ahpd_mcp::SecretResolver = std::sync::Arc::new(move |name: &str| {
+            reader
+                .read(name)
+                .map(|s| s.expose().to_owned())
+                .map_err(|e| e.to_string())
+        });
         let mut out = Vec::new();
-        'servers: for (name, spec) in hub.configured() {
-            match &spec.transport {
-                Transport::Stdio {
+        for (name, spec) in hub.configured() {
+            if !spec.enabled {
+                continue;
+            }
+            let launch = match spec.launch(&secrets) {
+                Ok(launch) => launch,
+                Err(why) => {
+                    tracing::warn!("the MCP server {name} is not offered to the agent: {why}");
+                    continue;
+                }
+            };
+            match launch.target {
+                Target::Stdio {
                     command, args, env, ..
                 } => {
-                    let mut vars = Vec::new();
-                    for (k, v) in env {
-                        let Some(v) = read(v) else { continue 'servers };
-                        vars.push(acp::EnvVariable::new(k.clone(), v));
-                    }
+                    let vars = env
+                        .into_iter()
+                        .map(|(k, v)| acp::EnvVariable::new(k, v))
+                        .collect();
                     out.push(acp::McpServer::Stdio(
-                        acp::McpServerStdio::new(name.clone(), command.clone())
-                            .args(args.clone())
+                        acp::McpServerStdio::new(name.clone(), command)
+                            .args(args)
                             .env(vars),
                     ));
                 }
-                Transport::Http { url, headers } => {
+                Target::Http { url, headers } => {
                     if !caps.http {
                         continue;
                     }
-                    let mut hs = Vec::new();
-                    for (k, v) in headers {
-                        let Some(v) = read(v) else { continue 'servers };
-                        hs.push(acp::HttpHeader::new(k.clone(), v));
-                    }
+                    let hs = headers
+                        .into_iter()
+                        .map(|(k, v)| acp::HttpHeader::new(k, v))
+                        .collect();
                     out.push(acp::McpServer::Http(
-                        acp::McpServerHttp::new(name.clone(), url.clone()).headers(hs),
+                        acp::McpServerHttp::new(name.clone(), url).headers(hs),
                     ));
                 }
             }

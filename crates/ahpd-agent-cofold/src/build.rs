@@ -116,6 +116,9 @@ pub struct TurnExtras {
     pub capabilities: Vec<Arc<dyn cofold_agents::capability::Capability>>,
     /// Records what the standard tools change.
     pub recorder: Option<cofold_changes::TurnRecorder>,
+    /// The names of the tools the person approved in advance (a trusted MCP server's): the
+    /// mode does not ask about them, though it still refuses what it refuses.
+    pub approved: Vec<String>,
 }
 
 /// Why a turn's agent cannot be built. Each message is the one sentence the turn fails with,
@@ -219,6 +222,7 @@ impl AgentCore {
             tools: extra_tools,
             capabilities: first_capabilities,
             recorder,
+            approved,
         } = extras;
         let host_tool_names = taken_names.as_slice();
         if let Some(error) = &copapo.error {
@@ -301,7 +305,7 @@ impl AgentCore {
             };
             builder = builder.capability_excluding(capability, host_tool_names.to_vec());
         }
-        let policy = self.turn_policy(turn, workspace, private);
+        let policy = self.turn_policy(turn, workspace, private, approved);
         let agent = builder
             .policy(policy)
             .build()
@@ -337,6 +341,7 @@ impl AgentCore {
         turn: &TurnSettings,
         workspace: &Path,
         private: Arc<PrivateSet>,
+        approved: Vec<String>,
     ) -> Arc<dyn Policy> {
         let root = workspace.to_path_buf();
         let inside: InsideFn = Arc::new(move |path: &Path| resolve_within(&root, path).inside);
@@ -366,6 +371,9 @@ impl AgentCore {
                                 ))
                             },
                         )),
+                        approved: Some(Arc::new(move |tool: &cofold_agents::tool::Tool| {
+                            approved.iter().any(|name| name == tool.name())
+                        })),
                     },
                 )
             }

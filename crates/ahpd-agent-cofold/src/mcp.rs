@@ -29,6 +29,11 @@ use tokio_util::sync::CancellationToken;
 pub fn check_record_servers(value: &Value) -> Result<(), RecordServersError> {
     let servers = ahpd_mcp::spec::parse_servers("config.mcpServers", value)?;
     for (name, spec) in &servers {
+        // A record is refused whole where the daemon's own file would fail the one server:
+        // the client that wrote it hears why at once.
+        if let ahpd_mcp::Transport::Invalid(e) = &spec.transport {
+            return Err(RecordServersError::Spec(e.clone()));
+        }
         if spec.has_literal_values() {
             let key = match spec.kind() {
                 "stdio" => "env",
@@ -182,14 +187,22 @@ impl Sessions {
                 })
             })
             .collect();
+        // Listening before the state is first shown: a change in between is said again rather
+        // than lost (a server that fails for good says so once).
+        let listening: Vec<_> = entries.iter().map(|e| e.server.statuses()).collect();
         let mcp = Arc::new(SessionMcp {
             entries,
             ctx: ctx.clone(),
             stop: CancellationToken::new(),
         });
         mcp.publish();
-        for entry in &mcp.entries {
-            tokio::spawn(follow(entry.clone(), ctx.clone(), mcp.stop.clone()));
+        for (entry, statuses) in mcp.entries.iter().zip(listening) {
+            tokio::spawn(follow(
+                entry.clone(),
+                statuses,
+                ctx.clone(),
+                mcp.stop.clone(),
+            ));
         }
         open.insert(session_id.to_owned(), Arc::downgrade(&mcp));
         Some(mcp)
@@ -198,8 +211,12 @@ impl Sessions {
 
 /// Says each of the server's states to the session's clients, in order (a failure followed at
 /// once by the restart's `starting` is still said).
-async fn follow(entry: Arc<Entry>, ctx: SessionContext, stop: CancellationToken) {
-    let mut statuses = entry.server.statuses();
+async fn follow(
+    entry: Arc<Entry>,
+    mut statuses: tokio::sync::broadcast::Receiver<Status>,
+    ctx: SessionContext,
+    stop: CancellationToken,
+) {
     loop {
         let status = tokio::select! {
             status = statuses.recv() => match status {
@@ -299,8 +316,9 @@ impl SessionMcp {
     }
 
     /// The tools of every ready server this session uses, named for the model, with the name
-    /// each is shown under. `taken` names are skipped (a host or client tool has them).
-    pub(crate) fn tools(&self, taken: &[String], images_dir: &Path) -> Vec<(Tool, String)> {
+    /// each is shown under and whether the person approved its calls in advance (`trust`,
+    /// `allow`). `taken` names are skipped (a host or client tool has them).
+    pub(crate) fn tools(&self, taken: &[String], images_dir: &Path) -> Vec<OfferedTool> {
         let mut out = Vec::new();
         for entry in self.entries.iter().filter(|e| e.enabled()) {
             let state = entry.server.state();
@@ -309,19 +327,32 @@ impl SessionMcp {
             }
             for tool in state.tools.iter() {
                 let name = tool_name(&entry.name, &tool.name);
-                if taken.contains(&name)
-                    || out.iter().any(|(t, _): &(Tool, String)| t.name() == name)
+                if taken.contains(&name) || out.iter().any(|o: &OfferedTool| o.tool.name() == name)
                 {
                     continue;
                 }
                 let shown = tool.title.clone().unwrap_or_else(|| tool.name.clone());
                 if let Some(wrapped) = wrap(&entry.server, tool, &name, images_dir) {
-                    out.push((wrapped, format!("{} ({})", shown, entry.name)));
+                    out.push(OfferedTool {
+                        tool: wrapped,
+                        shown: format!("{} ({})", shown, entry.name),
+                        approved: entry.server.spec().trust.trusts(&tool.name),
+                    });
                 }
             }
         }
         out
     }
+}
+
+/// A server's tool as a turn offers it.
+pub(crate) struct OfferedTool {
+    /// The tool, named for the model.
+    pub tool: Tool,
+    /// The name people see.
+    pub shown: String,
+    /// The person approved its calls in advance: the mode does not ask, though it may refuse.
+    pub approved: bool,
 }
 
 /// One server tool as a cofold tool.
@@ -341,15 +372,13 @@ fn wrap(server: &Arc<Server>, tool: &McpTool, name: &str, images_dir: &Path) -> 
         .filter(|d| !d.trim().is_empty())
         .or_else(|| tool.title.clone())
         .unwrap_or_else(|| format!("The {} tool of the MCP server {}", tool.name, server.name()));
-    let trusted = server.spec().trust.trusts(&tool.name);
-    // Read-only tools are reads; the rest ask as a command does, unless the entry trusts them.
-    let effects = if tool.read_only {
+    // A server's own read-only mark counts only when the person trusts the server; every other
+    // tool may change something, whatever `allow` says (that decides asking, in the policy).
+    let effects = if tool.read_only && server.spec().trust.believes_hints() {
         ToolEffects {
             reads: true,
             ..ToolEffects::default()
         }
-    } else if trusted {
-        ToolEffects::default()
     } else {
         ToolEffects {
             reads: true,

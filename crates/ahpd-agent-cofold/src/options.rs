@@ -373,10 +373,14 @@ pub struct Embedder {
 
 impl Embedder {
     /// The MCP servers this agent's sessions use: the daemon's entries with the record's
-    /// merged over them (none without a hub).
+    /// merged over them, less the disabled ones (none without a hub).
     pub fn mcp_servers(&self) -> ahpd_mcp::Servers {
         match &self.mcp {
-            Some(hub) => ahpd_mcp::spec::merge(hub.configured(), &self.record_mcp_servers),
+            Some(hub) => {
+                let mut servers = ahpd_mcp::spec::merge(hub.configured(), &self.record_mcp_servers);
+                servers.retain(|_, spec| spec.enabled);
+                servers
+            }
             None => ahpd_mcp::Servers::new(),
         }
     }

@@ -181,9 +181,13 @@ impl Engine for CofoldEngine {
         }
         let mut embedder = self.embedder.clone();
         if let Some(servers) = merged.remove("mcpServers") {
-            embedder.record_mcp_servers =
-                ahpd_mcp::spec::parse_servers("config.mcpServers", &servers)
-                    .map_err(|e| RecordError::Schema(e.to_string()))?;
+            let mut parsed = ahpd_mcp::spec::parse_servers("config.mcpServers", &servers)
+                .map_err(|e| RecordError::Schema(e.to_string()))?;
+            // A record comes from a client: its entries never read the daemon's environment.
+            for spec in parsed.values_mut() {
+                spec.variables = false;
+            }
+            embedder.record_mcp_servers = parsed;
         }
         if let Some(secret) = merged
             .get("apiKey")

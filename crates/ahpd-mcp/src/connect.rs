@@ -1,7 +1,7 @@
 //! Reaching one server with the official SDK: the child process or the HTTP endpoint, the
 //! `initialize` handshake, and the notifications the daemon listens for.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
@@ -14,7 +14,8 @@ use rmcp::{ClientHandler, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
-use crate::spec::{SecretValue, ServerSpec, Transport};
+use crate::launch::{Launch, Target};
+use crate::spec::ServerSpec;
 use crate::{SecretResolver, redact};
 
 /// Lines of a server's standard error kept to explain why it failed.
@@ -66,46 +67,47 @@ pub(crate) struct Connected {
     pub stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
-/// Resolves every value, or says which secret could not be read (its name only).
-fn resolve(
-    values: &BTreeMap<String, SecretValue>,
-    secrets: &SecretResolver,
-    found: &mut Vec<String>,
-) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::with_capacity(values.len());
-    for (name, value) in values {
-        let v = match value {
-            SecretValue::Literal(s) => s.clone(),
-            SecretValue::Secret(secret) => secrets(secret)
-                .map_err(|why| format!("the secret {secret} cannot be read: {why}"))?,
-        };
-        if !v.is_empty() {
-            found.push(v.clone());
-        }
-        out.push((name.clone(), v));
-    }
-    Ok(out)
+/// Why a server could not be reached.
+pub(crate) struct Unreached {
+    /// One sentence for people, every configured value blanked.
+    pub why: String,
+    /// Trying again cannot help until the configuration changes (an entry that cannot be
+    /// read, a transport without a client): no restart is scheduled.
+    pub lasting: bool,
 }
 
-/// Connects and completes the handshake within the entry's startup limit. The error is one
-/// sentence for people, with every configured value blanked.
+impl From<String> for Unreached {
+    fn from(why: String) -> Self {
+        Unreached {
+            why,
+            lasting: false,
+        }
+    }
+}
+
+/// Connects and completes the handshake within the entry's startup limit.
 pub(crate) async fn connect(
     name: &str,
     spec: &ServerSpec,
     secrets: &SecretResolver,
-) -> Result<Connected, String> {
+) -> Result<Connected, Unreached> {
+    if let Some(why) = spec.unusable() {
+        return Err(Unreached { why, lasting: true });
+    }
+    let Launch { target, hidden } = spec.launch(secrets).map_err(|why| Unreached {
+        why,
+        lasting: false,
+    })?;
     let (tx, rx) = mpsc::unbounded_channel();
     let handler = Handler { tools_changed: tx };
-    let mut hidden = Vec::new();
     let stderr = Arc::new(Mutex::new(VecDeque::new()));
-    let (service, group) = match &spec.transport {
-        Transport::Stdio {
+    let (service, group) = match target {
+        Target::Stdio {
             command,
             args,
             cwd,
             env,
         } => {
-            let env = resolve(env, secrets, &mut hidden)?;
             let helper = crate::tree::helper().filter(|(program, _)| program.is_file());
             let mut cmd = match helper {
                 // Behind the helper, a program that cannot be started would only fail inside
@@ -116,23 +118,27 @@ pub(crate) async fn connect(
                         .find(|(k, _)| k == "PATH")
                         .map(|(_, v)| std::ffi::OsString::from(v))
                         .or_else(|| std::env::var_os("PATH"));
-                    if !startable(command, cwd.as_deref(), path.as_deref()) {
+                    if !startable(&command, cwd.as_deref(), path.as_deref()) {
                         // ENOENT, the error a direct start gives.
-                        return Err(format!(
-                            "cannot start {command}: {}",
-                            std::io::Error::from_raw_os_error(2)
-                        ));
+                        return Err(redact(
+                            &format!(
+                                "cannot start {command}: {}",
+                                std::io::Error::from_raw_os_error(2)
+                            ),
+                            &hidden,
+                        )
+                        .into());
                     }
                     let mut cmd = tokio::process::Command::new(helper);
-                    cmd.args(prefix).arg("--").arg(command);
+                    cmd.args(prefix).arg("--").arg(&command);
                     cmd
                 }
-                None => tokio::process::Command::new(command),
+                None => tokio::process::Command::new(&command),
             };
-            cmd.args(args).env_clear();
+            cmd.args(&args).env_clear();
             cmd.envs(std::env::vars_os().filter(|(n, _)| passes(&n.to_string_lossy())));
             cmd.envs(env);
-            if let Some(cwd) = cwd {
+            if let Some(cwd) = &cwd {
                 cmd.current_dir(cwd);
             }
             // Its own process group, so stopping it reaches every process it started.
@@ -141,12 +147,7 @@ pub(crate) async fn connect(
             let (child, err) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| {
-                    format!(
-                        "cannot start {command}: {}",
-                        redact(&e.to_string(), &hidden)
-                    )
-                })?;
+                .map_err(|e| redact(&format!("cannot start {command}: {e}"), &hidden))?;
             let group = child.id();
             if let Some(err) = err {
                 keep_tail(err, stderr.clone(), hidden.clone());
@@ -160,8 +161,7 @@ pub(crate) async fn connect(
             }
             (service?, group)
         }
-        Transport::Http { url, headers } => {
-            let headers = resolve(headers, secrets, &mut hidden)?;
+        Target::Http { url, headers } => {
             install_tls_provider();
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(header_map(headers)?);

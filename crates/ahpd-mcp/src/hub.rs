@@ -32,7 +32,7 @@ struct Inner {
 pub struct ServerReport {
     /// Its name.
     pub name: String,
-    /// `stdio` or `http`.
+    /// `stdio`, `http`, `sse` or `invalid`.
     pub kind: String,
     /// `starting`, `ready`, `failed` or `stopped`.
     pub status: String,
@@ -97,7 +97,7 @@ impl McpHub {
     /// Creates the servers of the daemon's `eager` entries, which start at once.
     pub fn start_eager(&self) {
         for (name, spec) in &self.inner.configured {
-            if spec.eager {
+            if spec.eager && spec.enabled {
                 self.server(name, spec);
             }
         }

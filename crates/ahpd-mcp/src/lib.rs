@@ -1,6 +1,7 @@
 //! Model Context Protocol servers for the daemon, built on the official Rust SDK (`rmcp`).
 //!
-//! [`spec`] reads and checks the `mcpServers` setting. [`McpHub`] owns every server the daemon
+//! [`spec`] reads and checks the `mcpServers` setting (Claude Code's and Codex's shapes); an
+//! entry's `${VAR}` references and `$secret`s are worked out at each start ([`Launch`]). [`McpHub`] owns every server the daemon
 //! runs: one connection per distinct entry, shared by every session that uses it, started when
 //! the first such session starts (or with the daemon when the entry is `eager`), restarted with
 //! backoff after it exits, and stopped with its whole process tree when nothing uses it or the
@@ -12,7 +13,9 @@
 
 mod call;
 mod connect;
+mod expand;
 mod hub;
+mod launch;
 mod server;
 pub mod spec;
 mod tree;
@@ -24,8 +27,9 @@ use std::sync::Arc;
 pub use call::{CallError, CallOutput, Image};
 pub use connect::passes as passes_environment;
 pub use hub::{McpHub, ServerReport};
+pub use launch::{Launch, Target};
 pub use server::{Lease, McpTool, Server, ServerState, Status};
-pub use spec::{SecretValue, ServerSpec, Servers, SpecError, Transport, Trust};
+pub use spec::{SecretValue, ServerSpec, Servers, SpecError, ToolFilter, Transport, Trust};
 
 /// Answers a `$secret` reference with the secret's value, or one sentence saying why it cannot
 /// (never quoting a value).

@@ -11,8 +11,8 @@ use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::SecretResolver;
-use crate::connect::{Connected, connect};
-use crate::spec::ServerSpec;
+use crate::connect::{Connected, Unreached, connect};
+use crate::spec::{ServerSpec, ToolFilter};
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,7 +255,16 @@ impl Server {
                 () = self.until_unwanted() => continue,
             };
             let why = match connected {
-                Err(why) => why,
+                Err(Unreached { why, lasting: true }) => {
+                    // Nothing changes by trying again: it waits for a person's retry.
+                    self.set(Status::Failed(why), Arc::default(), false);
+                    tokio::select! {
+                        () = self.kick.notified() => {}
+                        () = self.until_unwanted() => self.set(Status::Stopped, Arc::default(), false),
+                    }
+                    continue;
+                }
+                Err(Unreached { why, .. }) => why,
                 Ok(conn) => match self.run(conn).await {
                     Ended::Unwanted => {
                         failures = 0;
@@ -306,7 +315,7 @@ impl Server {
             }
             ended
         };
-        match list_tools(&peer).await {
+        match list_tools(&peer, &self.spec.tools).await {
             Ok(tools) => {
                 *self.peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer.clone());
                 self.set(Status::Ready, Arc::new(tools), false);
@@ -331,7 +340,7 @@ impl Server {
                     let _ = done.await;
                     return end(Ended::Crashed("the connection to the server broke".into(), started.elapsed()));
                 }
-                Some(()) = tools_changed.recv() => match list_tools(&peer).await {
+                Some(()) = tools_changed.recv() => match list_tools(&peer, &self.spec.tools).await {
                     Ok(tools) => self.set(Status::Ready, Arc::new(tools), false),
                     Err(why) => tracing::warn!(server = %self.name, "{why}"),
                 },
@@ -346,13 +355,15 @@ impl Server {
     }
 }
 
-async fn list_tools(peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, String> {
+/// The server's tools that its entry offers.
+async fn list_tools(peer: &Peer<RoleClient>, offered: &ToolFilter) -> Result<Vec<McpTool>, String> {
     let tools = peer
         .list_all_tools()
         .await
         .map_err(|e| format!("the server did not list its tools: {e}"))?;
     Ok(tools
         .into_iter()
+        .filter(|t| offered.offers(&t.name))
         .map(|t| {
             let hints = t.annotations.as_ref();
             McpTool {

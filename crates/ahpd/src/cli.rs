@@ -99,12 +99,89 @@ pub enum Command {
 /// `ahpd mcp …`.
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
-    /// The configured MCP servers and, while the daemon runs, their state and tool counts.
+    /// The configured MCP servers and, while the daemon runs, their state and tool counts; an
+    /// entry that cannot be used is listed as failed with its reason.
     List {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Add a server to the configuration file, like `claude mcp add`:
+    /// `ahpd mcp add time -- uvx mcp-server-time`,
+    /// `ahpd mcp add --transport http notion https://mcp.notion.com/mcp`,
+    /// `ahpd mcp add gh -e 'GITHUB_TOKEN=${GITHUB_TOKEN}' -- npx -y @modelcontextprotocol/server-github`.
+    /// Strings may hold `${VAR}` and `${VAR:-default}`, expanded from the daemon's
+    /// environment when the server starts.
+    #[command(verbatim_doc_comment)]
+    Add(McpAddArgs),
+    /// Remove a server from the configuration file.
+    Remove {
+        /// The server's name.
+        name: String,
+    },
+    /// Show one server: its entry (names of variables and headers, never their values) and,
+    /// while the daemon runs, its state.
+    Get {
+        /// The server's name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a disabled server start again (removes its `"enabled": false`).
+    Enable {
+        /// The server's name.
+        name: String,
+    },
+    /// Keep a server in the configuration without starting it (`"enabled": false`).
+    Disable {
+        /// The server's name.
+        name: String,
+    },
+    /// Add the servers of a Claude Code `.mcp.json` or settings file (`mcpServers`) or of VS
+    /// Code's `mcp.json` (`servers`); names already configured are left as they are.
+    Import {
+        /// The file to read.
+        file: PathBuf,
+    },
+}
+
+/// `ahpd mcp add`.
+#[derive(Debug, clap::Args)]
+pub struct McpAddArgs {
+    /// `stdio` (a command, the default), `http` (a streamable HTTP URL) or `sse` (the older
+    /// HTTP+SSE transport, which this daemon cannot reach: the server is kept but fails).
+    #[arg(short = 't', long, value_name = "KIND", value_parser = ["stdio", "http", "sse"])]
+    pub transport: Option<String>,
+    /// A variable of a stdio server, `KEY=value` (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// A header of an HTTP server, `"Name: value"` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub header: Vec<String>,
+    /// Run every tool of the server without asking (its read-only marks count too); modes that
+    /// refuse changes still refuse them.
+    #[arg(long)]
+    pub trust: bool,
+    /// Run this tool without asking (repeatable).
+    #[arg(long, value_name = "TOOL")]
+    pub allow: Vec<String>,
+    /// Start the server with the daemon rather than with the first session.
+    #[arg(long)]
+    pub eager: bool,
+    /// The whole entry as JSON instead (`claude mcp add-json`), e.g.
+    /// `{"type":"http","url":"https://x/mcp","headers":{"Authorization":"Bearer ${TOKEN}"}}`.
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["transport", "env", "header", "command"])]
+    pub json: Option<String>,
+    /// The server's name (letters, digits, `-` and `_`; it prefixes its tools' names).
+    pub name: String,
+    /// The command and its arguments (stdio), or the URL (http, sse).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND_OR_URL"
+    )]
+    pub command: Vec<String>,
 }
 
 /// `ahpd completion <shell>`.

@@ -25,6 +25,7 @@ mod logs;
 mod machine_commands;
 mod machines;
 mod mcp;
+mod mcp_edit;
 mod memory;
 mod ownership;
 mod plugins;
@@ -204,9 +205,18 @@ fn run(cli: Cli, sealed: Option<environ::Sealed>) -> anyhow::Result<i32> {
             commands::vault_cmd(&loc, &cmd)?;
             Ok(0)
         }
-        Some(Command::Mcp(crate::cli::McpCommand::List { json })) => {
+        Some(Command::Mcp(cmd)) => {
+            use crate::cli::McpCommand;
             logs::init("warn");
-            Ok(mcp::list(&loc, json)?)
+            match cmd {
+                McpCommand::List { json } => Ok(mcp::list(&loc, json)?),
+                McpCommand::Get { name, json } => Ok(mcp::get(&loc, &name, json)?),
+                McpCommand::Add(args) => Ok(mcp_edit::add(&loc, &args)?),
+                McpCommand::Remove { name } => Ok(mcp_edit::remove(&loc, &name)?),
+                McpCommand::Enable { name } => Ok(mcp_edit::set_enabled(&loc, &name, true)?),
+                McpCommand::Disable { name } => Ok(mcp_edit::set_enabled(&loc, &name, false)?),
+                McpCommand::Import { file } => Ok(mcp_edit::import(&loc, &file)?),
+            }
         }
         Some(Command::Machines(cmd)) => {
             logs::init("warn");

@@ -33,6 +33,8 @@ struct Extra {
     client_names: HashMap<String, String>,
     /// A host or MCP tool's offered name → the name shown for it.
     shown: HashMap<String, String>,
+    /// The tools the person approved in advance.
+    approved: Vec<String>,
 }
 
 impl Core {
@@ -76,11 +78,16 @@ impl Core {
         }
         taken.extend(client_names.keys().cloned());
         let mut shown = crate::host_tools::display_names(host_tools);
+        let mut approved = Vec::new();
         if let Some(mcp) = self.mcp.get() {
-            for (tool, name) in mcp.tools(&taken, &self.attachments_dir()) {
-                taken.push(tool.name().to_owned());
-                shown.insert(tool.name().to_owned(), name);
-                tools.push(tool);
+            for offered in mcp.tools(&taken, &self.attachments_dir()) {
+                let name = offered.tool.name().to_owned();
+                taken.push(name.clone());
+                if offered.approved {
+                    approved.push(name.clone());
+                }
+                shown.insert(name, offered.shown);
+                tools.push(offered.tool);
             }
         }
         Extra {
@@ -88,6 +95,7 @@ impl Core {
             taken,
             client_names,
             shown,
+            approved,
         }
     }
 
@@ -203,6 +211,7 @@ impl Core {
                     tools: extra.tools,
                     capabilities: vec![self.project_instructions(&turn.turn_id)],
                     recorder: Some(self.recorder(&turn.turn_id)),
+                    approved: extra.approved,
                 },
             )
             .map_err(|e| e.to_string())?;

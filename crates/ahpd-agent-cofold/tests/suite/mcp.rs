@@ -127,7 +127,10 @@ async fn the_time_server_from_pypi_answers_a_call_the_model_makes() {
     // M1.
     let Some(program) = time_server() else { return };
     let place = Place::new();
-    let hub = hub(json!({ "time": { "command": program, "args": ["--local-timezone", "UTC"] } }));
+    // Trusted, so its read-only marks count.
+    let hub = hub(
+        json!({ "time": { "command": program, "args": ["--local-timezone", "UTC"], "trust": true } }),
+    );
     let ep = endpoint(vec![
         call(
             "c1",
@@ -244,7 +247,8 @@ async fn a_missing_command_fails_with_a_sentence_and_the_others_go_on() {
     let place = Place::new();
     let hub = hub(json!({
         "broken": { "command": "/nonexistent/mcp-server-nowhere" },
-        "own": { "type": "http", "url": server.url() }
+        "typo": { "command": "x", "comand": "y" },
+        "own": { "type": "http", "url": server.url(), "trust": true }
     }));
     let ep = endpoint(vec![
         call("c1", "mcp__own__echo", json!({"text": "still here"})),
@@ -256,6 +260,13 @@ async fn a_missing_command_fails_with_a_sentence_and_the_others_go_on() {
     assert!(
         failed.contains("cannot start /nonexistent/mcp-server-nowhere"),
         "{failed}"
+    );
+    // A wrong entry fails its own server with its reason, for the clients to see.
+    let seen = until_shown(&mut w, "typo", |s| matches!(s, McpServerState::Error(_))).await;
+    let typo = seen.last().cloned().unwrap_or_default();
+    assert!(
+        typo.starts_with("error: mcpServers.typo.comand: is not a setting of a stdio server"),
+        "{typo}"
     );
     until_shown(&mut w, "own", is_ready).await;
     w.send("t1", "echo").await;
@@ -328,11 +339,85 @@ async fn a_trusted_tool_runs_without_asking() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_servers_read_only_mark_still_asks_in_default() {
+    // Anyone can write `readOnlyHint`: it counts for a server the person trusts, not this one.
+    let server = McpServer::start().expect("test server");
+    let place = Place::new();
+    let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
+    let ep = endpoint(vec![
+        call("c1", "mcp__own__echo", json!({"text": "x"})),
+        text("fine"),
+    ]);
+    let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
+    until_shown(&mut w, "own", is_ready).await;
+    w.send("t1", "say it").await;
+    w.until(|a| matches!(a, StateAction::SessionInputNeededSet(_)))
+        .await;
+    w.client
+        .dispatch(w.chat.clone(), confirm("t1", "c1", false))
+        .await
+        .expect("dispatch");
+    assert!(matches!(
+        w.end("t1").await,
+        StateAction::ChatTurnComplete(_)
+    ));
+    assert!(server.calls().is_empty(), "{:?}", server.calls());
+    drop(w);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_dont_ask_refuse_a_trusted_tool_that_is_not_read_only() {
+    // `trust` and `allow` decide asking, never a mode's refusal.
+    for (mode, entry) in [
+        ("plan", json!({"trust": true})),
+        ("dontAsk", json!({"allow": ["note"]})),
+    ] {
+        let server = McpServer::start().expect("test server");
+        let place = Place::new();
+        let mut own = json!({ "type": "http", "url": server.url() });
+        own.as_object_mut()
+            .unwrap()
+            .extend(entry.as_object().cloned().unwrap());
+        let hub = hub(json!({ "own": own }));
+        let ep = endpoint(vec![
+            call("c1", "mcp__own__note", json!({"text": "x"})),
+            text("fine"),
+        ]);
+        let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), mode).await;
+        until_shown(&mut w, "own", is_ready).await;
+        w.send("t1", "write it down").await;
+        assert!(matches!(
+            w.end("t1").await,
+            StateAction::ChatTurnComplete(_)
+        ));
+        assert!(
+            server.calls().iter().all(|(name, _)| name != "note"),
+            "{mode}: {:?}",
+            server.calls()
+        );
+        assert!(
+            !w.envelopes
+                .iter()
+                .any(|e| matches!(e.action, StateAction::SessionInputNeededSet(_))),
+            "{mode} never asks"
+        );
+        let second = request_text(&ep.chat_bodies()[1]);
+        assert!(
+            second.contains(&format!("the mode is {mode}")),
+            "{mode}: {second}"
+        );
+        drop(w);
+        hub.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_turns_stop_cancels_a_slow_call_on_the_server() {
     // M6.
     let server = McpServer::start().expect("test server");
     let place = Place::new();
-    let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
+    let hub = hub(json!({ "own": { "type": "http", "url": server.url(), "trust": true } }));
     let ep = endpoint(vec![call("c1", "mcp__own__slow", json!({}))]);
     let (mut w, _th) = session(&place, agent_with(&place, &ep, &hub), "default").await;
     until_shown(&mut w, "own", is_ready).await;
@@ -363,7 +448,7 @@ async fn an_image_result_is_kept_and_named_to_the_model() {
     // M7.
     let server = McpServer::start().expect("test server");
     let place = Place::new();
-    let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
+    let hub = hub(json!({ "own": { "type": "http", "url": server.url(), "trust": true } }));
     let ep = endpoint(vec![
         call("c1", "mcp__own__picture", json!({})),
         text("a dot"),
@@ -392,7 +477,7 @@ async fn list_changed_and_a_crash_reach_the_session() {
     // comes back once it can be reached, and its tools with it.
     let server = McpServer::start().expect("test server");
     let place = Place::new();
-    let hub = hub(json!({ "own": { "type": "http", "url": server.url() } }));
+    let hub = hub(json!({ "own": { "type": "http", "url": server.url(), "trust": true } }));
     let ep = endpoint(vec![
         text("one"),
         call("c1", "mcp__own__echo", json!({"text": "after"})),

@@ -8,7 +8,8 @@ mod rules;
 
 pub use glob::match_glob;
 pub use modes::{
-    InsideFn, IsEditFn, ModeContext, PermissionMode, PrivateFn, mode_description, policy_of,
+    ApprovedFn, InsideFn, IsEditFn, ModeContext, PermissionMode, PrivateFn, mode_description,
+    policy_of,
 };
 pub use risk::{destructive_command, explained, risk_of};
 pub use rules::{Rule, RuleSet, rules};

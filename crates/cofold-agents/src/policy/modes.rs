@@ -113,6 +113,8 @@ pub type IsEditFn = Arc<dyn Fn(&Tool) -> bool + Send + Sync>;
 /// What a call reaches that the person keeps to themselves (a credential store, the host's own
 /// files), said as a phrase (`~/.ssh/id_ed25519, a credential store`); `None` for ordinary calls.
 pub type PrivateFn = Arc<dyn Fn(&Tool, &Value) -> Option<String> + Send + Sync>;
+/// Whether the person approved a tool's calls in advance.
+pub type ApprovedFn = Arc<dyn Fn(&Tool) -> bool + Send + Sync>;
 
 /// What a mode needs to know about the workspace and the tools.
 #[derive(Clone)]
@@ -125,6 +127,10 @@ pub struct ModeContext {
     /// `acceptEdits` and refused in `plan` and `dontAsk`, whatever else the mode would do;
     /// `bypassPermissions` alone runs it.
     pub private: Option<PrivateFn>,
+    /// The tools the person approved in advance (a trusted server's): where the mode would ask,
+    /// they run; what the mode refuses (`plan`'s changes, all `dontAsk` would ask about) they
+    /// are refused like any other, and a reach into the person's own places is still asked.
+    pub approved: Option<ApprovedFn>,
 }
 
 impl ModeContext {
@@ -134,7 +140,17 @@ impl ModeContext {
             inside: Arc::new(inside),
             is_edit: None,
             private: None,
+            approved: None,
         }
+    }
+
+    /// The same context with a test for the tools approved in advance.
+    pub fn with_approved(
+        mut self,
+        approved: impl Fn(&Tool) -> bool + Send + Sync + 'static,
+    ) -> ModeContext {
+        self.approved = Some(Arc::new(approved));
+        self
     }
 
     /// The same context with a test for what is the person's own.
@@ -161,6 +177,7 @@ impl fmt::Debug for ModeContext {
         f.debug_struct("ModeContext")
             .field("is_edit", &self.is_edit.is_some())
             .field("private", &self.private.is_some())
+            .field("approved", &self.approved.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -238,6 +255,19 @@ impl Policy for ModePolicy {
                 _ => Decision::ask(),
             };
         }
+        let decision = self.decide_by_mode(tool, input);
+        if decision.behavior == super::Behavior::Ask
+            && self.context.approved.as_ref().is_some_and(|a| a(tool))
+        {
+            return Decision::allow();
+        }
+        decision
+    }
+}
+
+impl ModePolicy {
+    /// The mode's own decision, before approvals given in advance.
+    fn decide_by_mode(&self, tool: &Tool, input: &Value) -> Decision {
         match self.mode {
             PermissionMode::Default => self.ask_on_effects(tool, input),
             PermissionMode::AcceptEdits => {

@@ -464,3 +464,33 @@ async fn private_places_are_asked_everywhere_but_bypass_and_refused_where_nothin
     let decision = decide(&*policy, &tools.read_file, json!({ "path": "src/a.rs" })).await;
     assert_eq!(outcome(&decision), "run");
 }
+
+#[tokio::test]
+async fn a_tool_approved_in_advance_skips_the_question_never_the_refusal() {
+    let workspace = Workspace::new();
+    // Shaped like a server's tool the person trusts: it may change something.
+    let trusted = tool(plain("mcp__s__change", effects(true, false, true, true)));
+    let other = tool(plain("mcp__s__other", effects(true, false, true, true)));
+    let context = ModeContext::new(workspace.inside())
+        .with_approved(|tool: &Tool| tool.name() == "mcp__s__change");
+    for (mode, approved, unapproved) in [
+        (PermissionMode::Default, "run", "ask"),
+        (PermissionMode::AcceptEdits, "run", "ask"),
+        (PermissionMode::Plan, "deny", "deny"),
+        (PermissionMode::Auto, "run", "ask"),
+        (PermissionMode::BypassPermissions, "run", "run"),
+        (PermissionMode::DontAsk, "deny", "deny"),
+    ] {
+        let policy = policy_of(mode, context.clone());
+        assert_eq!(
+            outcome(&decide(&*policy, &trusted, json!({})).await),
+            approved,
+            "{mode}"
+        );
+        assert_eq!(
+            outcome(&decide(&*policy, &other, json!({})).await),
+            unapproved,
+            "{mode}"
+        );
+    }
+}
