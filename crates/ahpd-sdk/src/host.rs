@@ -262,6 +262,7 @@ impl HostBuilder {
             hub,
             agents: RwLock::new(self.agents),
             probes: Mutex::new(HashMap::new()),
+            probing: tokio::sync::watch::Sender::new(0),
             registry: Mutex::new(Registry::default()),
             extensions: self.extensions,
             resources: self.resources,
@@ -392,6 +393,14 @@ impl HostHandle {
         Ok(())
     }
 
+    /// Resolves once no agent's model probe is out, so the root lists every catalogue an
+    /// agent could read. Each probe is bounded by the agent's own limits; a host that just
+    /// started (an editor's first session) waits here rather than offering a short list.
+    pub async fn probed(&self) {
+        let mut rx = self.inner.probing.subscribe();
+        let _ = rx.wait_for(|out| *out == 0).await;
+    }
+
     /// Write the session store now if anything changed since its last save, and wait for
     /// it. Without a store this does nothing. An embedder calls it before exiting.
     pub async fn flush_session_store(&self) -> Result<(), SessionStoreError> {
@@ -509,6 +518,11 @@ impl Host {
     /// Write the session store now; see [`HostHandle::flush_session_store`].
     pub async fn flush_session_store(&self) -> Result<(), SessionStoreError> {
         self.handle.flush_session_store().await
+    }
+
+    /// Wait until no model probe is out; see [`HostHandle::probed`].
+    pub async fn probed(&self) {
+        self.handle.probed().await
     }
 
     /// Stop accepting work: listeners stop and open connections close; the session store

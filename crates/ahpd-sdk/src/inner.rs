@@ -69,6 +69,8 @@ pub(crate) struct HostInner {
     pub hub: Hub,
     pub agents: RwLock<Vec<Arc<dyn Agent>>>,
     pub probes: Mutex<HashMap<String, Probe>>,
+    /// How many agents' model probes are still out; [`crate::HostHandle::probed`] waits for 0.
+    pub probing: tokio::sync::watch::Sender<usize>,
     pub root: Mutex<ahp_types::state::RootState>,
     pub registry: Mutex<Registry>,
     pub extensions: Vec<Arc<dyn Extension>>,

@@ -110,7 +110,11 @@ pub(crate) fn probe_agents(inner: &Arc<HostInner>) {
             continue;
         }
         let weak = Arc::downgrade(inner);
+        inner.probing.send_modify(|out| *out += 1);
+        // Counted down however the probe ends, published or not.
+        let done = Probing(inner.probing.clone());
         tokio::spawn(async move {
+            let _done = done;
             let probe = agent.probe().await;
             if probe == Probe::default() {
                 return;
@@ -121,6 +125,15 @@ pub(crate) fn probe_agents(inner: &Arc<HostInner>) {
             }
             publish_agents(&inner);
         });
+    }
+}
+
+/// One probe out; dropping it counts the probe done (also when its task is cancelled).
+struct Probing(tokio::sync::watch::Sender<usize>);
+
+impl Drop for Probing {
+    fn drop(&mut self) {
+        self.0.send_modify(|out| *out = out.saturating_sub(1));
     }
 }
 

@@ -34,6 +34,10 @@ use crate::term::conversation::Conversation;
 /// The engine new sessions use when `--agent` names none and the host offers it.
 const DEFAULT_PROVIDER: &str = "cofold";
 
+/// The longest a first session waits for an in-process host's model catalogues; each agent
+/// bounds its own probe too, so this only guards against one that does not.
+const CATALOGUE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn failed(message: impl Into<String>) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, message.into())
 }
@@ -138,6 +142,7 @@ impl Bridge {
     /// The agent's model catalogue as the root shows it now: an agent probes its endpoints
     /// after the host starts, so the root the connection began with may not list them yet.
     async fn models(conn: &Conn, provider: &str) -> Vec<SessionModelInfo> {
+        conn.catalogues_read(CATALOGUE_WAIT).await;
         let fresh: Option<ahp_types::commands::SubscribeResult> = conn
             .client
             .request(

@@ -55,6 +55,15 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Waits, for at most `limit`, until an in-process host's agents have read their model
+    /// catalogues (a daemon read them when it started): the host was started a moment ago by
+    /// this command, and a session opened before its probes answer would offer a short list.
+    pub async fn catalogues_read(&self, limit: std::time::Duration) {
+        if let Some(e) = &self.embedded {
+            let _ = tokio::time::timeout(limit, e.host.probed()).await;
+        }
+    }
+
     /// Ends the connection; an in-process host closes its sessions and writes its store, so
     /// the conversation and the session's settings outlive the command.
     pub async fn close(self) {
